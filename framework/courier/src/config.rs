@@ -1,0 +1,394 @@
+//! Deployment configuration: one TOML file per deployment (`deploy/*/courier.toml`) plus
+//! environment overrides, validated once at load with errors that name the offending key.
+//!
+//! Overrides: `COURIER_<SECTION>__<KEY>=value` sets `<section>.<key>` (for example
+//! `COURIER_RELAY__SHARD_COUNT=16`); `PUBSUB_EMULATOR_HOST` sets `pubsub.emulator_host` as
+//! Google's own tools do.
+
+use crate::supervision::RestartPolicy;
+use serde::Deserialize;
+use std::path::Path;
+use std::time::Duration;
+
+/// Prefix of every environment override.
+pub const ENV_PREFIX: &str = "COURIER_";
+
+/// Why a configuration could not be loaded; always names the file, variable or key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config is not valid: {0}")]
+    Parse(String),
+    #[error("config key {key} is invalid: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+/// The whole configuration of one Courier process.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CourierConfig {
+    /// Where the service's PostgreSQL is and which schema holds the framework's tables.
+    pub database: DatabaseConfig,
+    /// Which Pub/Sub project and endpoint to use.
+    pub pubsub: PubSubConfig,
+    /// Outbox relay tuning.
+    pub relay: RelayConfig,
+    /// Restart policies per actor kind.
+    pub supervision: SupervisionConfig,
+    /// Prometheus exporter.
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// libpq-style URL or key=value string of the service's database.
+    pub url: String,
+    /// Schema holding outbox, inbox and offsets; every connection uses it as search_path.
+    pub schema: String,
+    /// Pooled connections for writes, claims and marks (dedicated LISTEN and lock
+    /// connections come on top of these).
+    pub pool_size: u32,
+    /// How long to wait for a pooled connection before failing (transiently).
+    pub connect_timeout_secs: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+            schema: "courier".into(),
+            pool_size: 16,
+            connect_timeout_secs: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PubSubConfig {
+    /// Google Cloud project that owns the topics and subscriptions.
+    pub project: String,
+    /// `host:port` of the Pub/Sub emulator; when set, every client talks plaintext to it with
+    /// anonymous credentials. Overridden by `PUBSUB_EMULATOR_HOST`.
+    pub emulator_host: Option<String>,
+}
+
+impl Default for PubSubConfig {
+    fn default() -> Self {
+        Self {
+            project: "courier-local".into(),
+            emulator_host: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelayConfig {
+    /// Number of outbox shards, fixed per deployment like partitions: changing it re-homes
+    /// keys, so drain the outbox before changing it.
+    pub shard_count: u32,
+    /// Rows claimed per round (DESIGN: 100-500).
+    pub claim_batch_size: u32,
+    /// How long a claim stays valid; rows of a dead owner become claimable after it, and a
+    /// dead process's shards are taken over within about this time.
+    pub claim_lease_secs: u64,
+    /// Claimed batches a claimer may have in flight at once (bounds memory per shard).
+    pub max_in_flight_batches: u32,
+    /// First idle-poll delay ceiling; doubles with full jitter while shards stay empty.
+    pub poll_min_millis: u64,
+    /// Idle-poll delay cap.
+    pub poll_max_millis: u64,
+    /// Publish attempts before a row is marked dead.
+    pub publish_max_attempts: u32,
+    /// First publish-retry delay ceiling (exponential with full jitter).
+    pub retry_base_millis: u64,
+    /// Publish-retry delay cap.
+    pub retry_cap_millis: u64,
+    /// A per-key publisher with nothing to do for this long stops (passivation).
+    pub publisher_idle_secs: u64,
+    /// How long one publish may take before it counts as failed.
+    pub publish_timeout_secs: u64,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        Self {
+            shard_count: 8,
+            claim_batch_size: 200,
+            claim_lease_secs: 30,
+            max_in_flight_batches: 2,
+            poll_min_millis: 250,
+            poll_max_millis: 30_000,
+            publish_max_attempts: 10,
+            retry_base_millis: 1_000,
+            retry_cap_millis: 300_000,
+            publisher_idle_secs: 60,
+            publish_timeout_secs: 60,
+        }
+    }
+}
+
+impl RelayConfig {
+    pub fn claim_lease(&self) -> Duration {
+        Duration::from_secs(self.claim_lease_secs)
+    }
+    pub fn poll_backoff(&self) -> crate::backoff::Backoff {
+        crate::backoff::Backoff::new(
+            Duration::from_millis(self.poll_min_millis),
+            Duration::from_millis(self.poll_max_millis),
+        )
+    }
+    pub fn retry_backoff(&self) -> crate::backoff::Backoff {
+        crate::backoff::Backoff::new(
+            Duration::from_millis(self.retry_base_millis),
+            Duration::from_millis(self.retry_cap_millis),
+        )
+    }
+}
+
+/// Restart policies per actor kind.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SupervisionConfig {
+    /// The LISTEN connection actor.
+    pub notify_listener: RestartPolicy,
+    /// The actor that owns shards through advisory locks.
+    pub shard_owner: RestartPolicy,
+    /// One claimer per owned shard.
+    pub claimer: RestartPolicy,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` for the Prometheus scrape endpoint; none means no endpoint.
+    pub listen: Option<String>,
+}
+
+impl CourierConfig {
+    /// Reads `path`, applies the process environment, validates.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml_and_env(&text, std::env::vars())
+    }
+
+    /// Defaults, then the process environment, validated.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_toml_and_env("", std::env::vars())
+    }
+
+    /// Parses `text`, applies `env` overrides, validates.
+    pub fn from_toml_and_env(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        for (name, value) in env {
+            apply_env_override(&mut table, &name, &value)?;
+        }
+        let config: CourierConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges and formats, naming the key of the first bad value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| {
+            Err(ConfigError::Invalid {
+                key: key.into(),
+                reason: reason.into(),
+            })
+        };
+        if !is_identifier(&self.database.schema) {
+            return invalid(
+                "database.schema",
+                "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
+            );
+        }
+        if self.database.pool_size < 2 {
+            return invalid("database.pool_size", "must be at least 2");
+        }
+        if self.database.url.parse::<tokio_postgres::Config>().is_err() {
+            return invalid("database.url", "is not a PostgreSQL connection string");
+        }
+        if self.pubsub.project.is_empty() {
+            return invalid("pubsub.project", "must not be empty");
+        }
+        if let Some(host) = &self.pubsub.emulator_host {
+            if !host.contains(':') || host.contains('/') {
+                return invalid("pubsub.emulator_host", "must be host:port");
+            }
+        }
+        let r = &self.relay;
+        if !(1..=1024).contains(&r.shard_count) {
+            return invalid("relay.shard_count", "must be between 1 and 1024");
+        }
+        if !(1..=1000).contains(&r.claim_batch_size) {
+            return invalid("relay.claim_batch_size", "must be between 1 and 1000");
+        }
+        if r.claim_lease_secs < 1 {
+            return invalid("relay.claim_lease_secs", "must be at least 1");
+        }
+        if !(1..=16).contains(&r.max_in_flight_batches) {
+            return invalid("relay.max_in_flight_batches", "must be between 1 and 16");
+        }
+        if r.poll_min_millis < 1 || r.poll_max_millis < r.poll_min_millis {
+            return invalid(
+                "relay.poll_max_millis",
+                "must be at least relay.poll_min_millis, which must be at least 1",
+            );
+        }
+        if r.publish_max_attempts < 1 {
+            return invalid("relay.publish_max_attempts", "must be at least 1");
+        }
+        if r.retry_cap_millis < r.retry_base_millis {
+            return invalid(
+                "relay.retry_cap_millis",
+                "must be at least relay.retry_base_millis",
+            );
+        }
+        if r.publish_timeout_secs < 1 {
+            return invalid("relay.publish_timeout_secs", "must be at least 1");
+        }
+        for (kind, policy) in [
+            ("notify_listener", &self.supervision.notify_listener),
+            ("shard_owner", &self.supervision.shard_owner),
+            ("claimer", &self.supervision.claimer),
+        ] {
+            policy
+                .validate()
+                .map_err(|(field, reason)| ConfigError::Invalid {
+                    key: format!("supervision.{kind}.{field}"),
+                    reason: reason.into(),
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// `[a-z_][a-z0-9_]*`, at most 63 bytes: safe to splice into SQL as an identifier.
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && name.len() <= 63
+}
+
+fn apply_env_override(table: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
+    let path: Vec<String> = if name == "PUBSUB_EMULATOR_HOST" {
+        if value.is_empty() {
+            return Ok(());
+        }
+        vec!["pubsub".into(), "emulator_host".into()]
+    } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
+        rest.split("__").map(str::to_ascii_lowercase).collect()
+    } else {
+        return Ok(());
+    };
+    if path.len() < 2 || path.iter().any(String::is_empty) {
+        return Err(ConfigError::Invalid {
+            key: name.into(),
+            reason: "environment overrides look like COURIER_<SECTION>__<KEY>".into(),
+        });
+    }
+    let mut node = table;
+    for section in &path[..path.len() - 1] {
+        let entry = node
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        node = entry.as_table_mut().ok_or_else(|| ConfigError::Invalid {
+            key: name.into(),
+            reason: format!("{section} is not a section"),
+        })?;
+    }
+    // A value that parses as a TOML scalar (number, boolean) is taken as such, else as a string.
+    let parsed = format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .filter(|v| !v.is_table())
+        .unwrap_or_else(|| toml::Value::String(value.into()));
+    node.insert(path[path.len() - 1].clone(), parsed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = CourierConfig::from_toml_and_env("", env(&[])).expect("defaults");
+        assert_eq!(config.relay.claim_batch_size, 200);
+        assert_eq!(config.database.schema, "courier");
+    }
+
+    #[test]
+    fn env_overrides_file_and_emulator_host_is_honoured() {
+        let config = CourierConfig::from_toml_and_env(
+            "[relay]\nshard_count = 4\n",
+            env(&[
+                ("COURIER_RELAY__SHARD_COUNT", "16"),
+                ("COURIER_DATABASE__SCHEMA", "catalog"),
+                ("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085"),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(config.relay.shard_count, 16);
+        assert_eq!(config.database.schema, "catalog");
+        assert_eq!(config.pubsub.emulator_host.as_deref(), Some("127.0.0.1:8085"));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = CourierConfig::from_toml_and_env("[relay]\nshard_cuont = 4\n", env(&[]))
+            .expect_err("unknown key");
+        assert!(err.to_string().contains("shard_cuont"), "{err}");
+        let err = CourierConfig::from_toml_and_env("", env(&[("COURIER_RELAY__BATCH", "4")]))
+            .expect_err("unknown env key");
+        assert!(err.to_string().contains("batch"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (toml, key) in [
+            ("[relay]\nshard_count = 0\n", "relay.shard_count"),
+            ("[relay]\nclaim_batch_size = 5000\n", "relay.claim_batch_size"),
+            ("[database]\nschema = \"Bad-Name\"\n", "database.schema"),
+            (
+                "[supervision.claimer]\nmax_restarts = 0\n",
+                "supervision.claimer.max_restarts",
+            ),
+        ] {
+            let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);
+            assert!(
+                matches!(&err, ConfigError::Invalid { key: k, .. } if k == key),
+                "{toml}: {err}"
+            );
+        }
+        let err = CourierConfig::from_toml_and_env("[relay]\nshard_count = \"many\"\n", env(&[]))
+            .expect_err("type");
+        assert!(err.to_string().contains("shard_count"), "{err}");
+    }
+}

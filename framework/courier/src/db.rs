@@ -1,0 +1,119 @@
+//! PostgreSQL access: the shared pool, dedicated connections (LISTEN, advisory locks), and the
+//! transient/permanent split of database errors that retry decisions rely on.
+
+use crate::config::DatabaseConfig;
+use bb8_postgres::PostgresConnectionManager;
+use std::time::Duration;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+
+/// The pool every framework component shares.
+pub type PgPool = bb8::Pool<PostgresConnectionManager<NoTls>>;
+
+/// A database failure with what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{context}: no pooled connection: {source}")]
+    Pool {
+        context: String,
+        source: bb8::RunError<tokio_postgres::Error>,
+    },
+    #[error("{context}: {source}")]
+    Query {
+        context: String,
+        source: tokio_postgres::Error,
+    },
+    #[error("database config is invalid: {0}")]
+    Config(tokio_postgres::Error),
+}
+
+impl DbError {
+    pub fn query(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Self {
+        let context = context.into();
+        move |source| DbError::Query { context, source }
+    }
+
+    pub fn pool(
+        context: impl Into<String>,
+    ) -> impl FnOnce(bb8::RunError<tokio_postgres::Error>) -> Self {
+        let context = context.into();
+        move |source| DbError::Pool { context, source }
+    }
+
+    /// True when retrying the same work later can succeed: lost connections, pool timeouts,
+    /// serialization failures, deadlocks, the server shutting down or out of resources.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DbError::Pool { source, .. } => match source {
+                bb8::RunError::TimedOut => true,
+                bb8::RunError::User(e) => is_transient_pg(e),
+            },
+            DbError::Query { source, .. } => is_transient_pg(source),
+            DbError::Config(_) => false,
+        }
+    }
+}
+
+/// Classifies a tokio-postgres error (see [`DbError::is_transient`]).
+pub fn is_transient_pg(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        // No SQLSTATE: an I/O or protocol failure on the connection.
+        None => true,
+        Some(code) => {
+            let class = &code.code()[..2];
+            *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::QUERY_CANCELED
+                // 08: connection exception, 53: insufficient resources,
+                // 57: operator intervention (admin shutdown, crash shutdown, cannot connect now).
+                || matches!(class, "08" | "53" | "57")
+        }
+    }
+}
+
+fn pg_config(config: &DatabaseConfig, application: &str) -> Result<tokio_postgres::Config, DbError> {
+    let mut pg: tokio_postgres::Config = config.url.parse().map_err(DbError::Config)?;
+    pg.application_name(application);
+    pg.connect_timeout(Duration::from_secs(config.connect_timeout_secs));
+    Ok(pg)
+}
+
+/// Builds the shared pool. Connections are checked lazily, so this succeeds while the
+/// database is down; the first use reports the failure.
+pub fn pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
+    let manager = PostgresConnectionManager::new(pg_config(config, application)?, NoTls);
+    Ok(bb8::Pool::builder()
+        .max_size(config.pool_size)
+        .connection_timeout(Duration::from_secs(config.connect_timeout_secs))
+        // A connection broken by a server restart is found and replaced on checkout.
+        .test_on_check_out(true)
+        .build_unchecked(manager))
+}
+
+/// Opens a connection outside the pool, for work that needs its session to itself (LISTEN,
+/// session advisory locks). The returned future drives the connection and must be polled;
+/// it completes when the connection is lost.
+pub async fn dedicated(
+    config: &DatabaseConfig,
+    application: &str,
+) -> Result<
+    (
+        Client,
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+    ),
+    DbError,
+> {
+    pg_config(config, application)?
+        .connect(NoTls)
+        .await
+        .map_err(DbError::query(format!("connect {application} to database")))
+}
+
+/// Renders a framework query: `{schema}` becomes the configured (validated) schema name.
+pub fn render(sql: &str, schema: &str) -> String {
+    sql.replace("{schema}", schema)
+}

@@ -1,0 +1,24 @@
+//! Courier moves domain events out of a service's PostgreSQL (transactional outbox) into
+//! Google Cloud Pub/Sub, in per-aggregate order, as supervised actix actors exchanging typed,
+//! bounded messages. The promises it keeps are listed in DESIGN.md (P1–P8).
+//!
+//! # Layout
+//! - [`outbox`]: the write API (`Outbox::append` in the caller's transaction) and the relay
+//!   actors: NotifyListener → ShardOwner → Claimer per shard → Publisher per ordering key.
+//! - [`supervision`]: restart policies (budget within a window, backoff, escalation).
+//! - [`migrate`]: versioned SQL migrations from `migrations/`.
+//! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections; Pub/Sub clients that honour
+//!   the emulator, and idempotent provisioning.
+//! - [`config`]: the deployment config with `COURIER_*` overrides.
+//! - [`backoff`]: exponential backoff with full jitter; [`metrics`]: metric names and exporter.
+
+pub mod backoff;
+pub mod config;
+pub mod db;
+pub mod metrics;
+pub mod migrate;
+pub mod outbox;
+pub mod pubsub;
+pub mod supervision;
+
+pub use config::CourierConfig;

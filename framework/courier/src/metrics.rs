@@ -1,0 +1,48 @@
+//! Metric names (one place) and the Prometheus exporter.
+//!
+//! Names follow the agreed set (`outbox_*`, `projection_*`, `dlq_*`); Courier's own additions use
+//! the `courier_` prefix. Labels come from small fixed sets (actor kind, shard) — never an
+//! aggregate id, ordering key or error text.
+
+/// Unpublished, not-dead outbox rows (gauge).
+pub const OUTBOX_PENDING_COUNT: &str = "outbox_pending_count";
+/// Dead outbox rows waiting for an operator (gauge).
+pub const OUTBOX_DEAD_COUNT: &str = "outbox_dead_count";
+/// Age of the oldest pending row (gauge, seconds).
+pub const OUTBOX_OLDEST_PENDING_SECONDS: &str = "outbox_oldest_pending_seconds";
+/// Largest publish_attempts among pending rows (gauge).
+pub const OUTBOX_MAX_DELIVERY_ATTEMPTS: &str = "outbox_max_delivery_attempts";
+/// Rows published and acknowledged by Pub/Sub (counter).
+pub const OUTBOX_PUBLISH_SUCCESS_TOTAL: &str = "outbox_publish_success_total";
+/// Key batches that hit a publish failure (counter).
+pub const OUTBOX_PUBLISH_ERROR_TOTAL: &str = "outbox_publish_error_total";
+/// Hand-over to acknowledgement of a publish (histogram, seconds).
+pub const OUTBOX_PUBLISH_LATENCY: &str = "outbox_publish_latency";
+/// Rows that became dead (counter).
+pub const OUTBOX_DEAD_TOTAL: &str = "outbox_dead_total";
+/// Events appended (counter).
+pub const OUTBOX_APPENDED_TOTAL: &str = "courier_outbox_appended_total";
+/// Rows per non-empty claim (histogram).
+pub const OUTBOX_CLAIM_BATCH_SIZE: &str = "courier_outbox_claim_batch_size";
+/// Shards this process owns (gauge).
+pub const OUTBOX_OWNED_SHARDS: &str = "courier_outbox_owned_shards";
+/// Live per-key publisher actors (gauge).
+pub const LIVE_PUBLISHERS: &str = "courier_live_publishers";
+/// Actor restarts by kind (counter, label `actor`).
+pub const ACTOR_RESTARTS_TOTAL: &str = "courier_actor_restarts_total";
+
+/// Installs the global recorder and serves `/metrics` on `listen` (`host:port`).
+pub fn install_prometheus(listen: &str) -> Result<(), String> {
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .map_err(|e| format!("metrics.listen {listen:?} is not host:port: {e}"))?;
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Suffix("latency".into()),
+            &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+        )
+        .map_err(|e| e.to_string())?
+        .install()
+        .map_err(|e| format!("cannot start metrics endpoint on {listen}: {e}"))
+}

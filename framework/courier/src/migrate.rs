@@ -1,0 +1,149 @@
+//! Versioned SQL migrations.
+//!
+//! Each migration runs in its own transaction together with the row that records it, under a
+//! session advisory lock, so running the migrator twice, or from two processes at once, applies
+//! every migration exactly once. A recorded migration whose text changed is refused: the
+//! database would no longer match the code.
+
+use crate::db::{DbError, PgPool};
+use crate::outbox::shard::stable_hash;
+
+/// One migration, named like its file: `NNNN_verb_noun.sql`.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: i32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// An ordered set of migrations applied into one schema (`search_path` is set to it).
+#[derive(Debug, Clone, Copy)]
+pub struct MigrationSet {
+    /// Names the set in the record table, so several sets can share a schema.
+    pub set: &'static str,
+    pub migrations: &'static [Migration],
+}
+
+/// The framework's own tables (outbox, relay state).
+pub const COURIER: MigrationSet = MigrationSet {
+    set: "courier",
+    migrations: &[
+        Migration {
+            version: 1,
+            name: "0001_create_outbox",
+            sql: include_str!("../../../migrations/courier/0001_create_outbox.sql"),
+        },
+        Migration {
+            version: 2,
+            name: "0002_create_relay_state",
+            sql: include_str!("../../../migrations/courier/0002_create_relay_state.sql"),
+        },
+    ],
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("schema name {0:?} is not a plain lowercase identifier")]
+    BadSchema(String),
+    #[error("migration {set}/{name} was applied with different text; the database and the code disagree")]
+    Changed { set: String, name: String },
+}
+
+/// What a run did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MigrationReport {
+    pub applied: Vec<String>,
+    pub already_applied: usize,
+}
+
+/// Applies `sets` into `schema`, creating the schema if needed.
+pub async fn migrate(
+    pool: &PgPool,
+    schema: &str,
+    sets: &[MigrationSet],
+) -> Result<MigrationReport, MigrateError> {
+    if !crate::config::is_identifier(schema) {
+        return Err(MigrateError::BadSchema(schema.into()));
+    }
+    let mut conn = pool.get().await.map_err(DbError::pool("migrate"))?;
+    // Serialize migrators of this schema across processes; the key is derived from the name.
+    let lock_key = i64::from_ne_bytes(stable_hash(&format!("courier-migrate:{schema}")).to_ne_bytes());
+    conn.execute("SELECT pg_advisory_lock($1)", &[&lock_key])
+        .await
+        .map_err(DbError::query("take migration lock"))?;
+    let result = apply_all(&mut conn, schema, sets).await;
+    // Unlock even after a failure; if this fails the session ends with the pooled connection.
+    let _ = conn
+        .execute("SELECT pg_advisory_unlock($1)", &[&lock_key])
+        .await;
+    result
+}
+
+async fn apply_all(
+    conn: &mut tokio_postgres::Client,
+    schema: &str,
+    sets: &[MigrationSet],
+) -> Result<MigrationReport, MigrateError> {
+    conn.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+             migration_set text NOT NULL,
+             version integer NOT NULL,
+             name text NOT NULL,
+             checksum bigint NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now(),
+             PRIMARY KEY (migration_set, version));"
+    ))
+    .await
+    .map_err(DbError::query("create migration table"))?;
+    let mut report = MigrationReport::default();
+    for set in sets {
+        for migration in set.migrations {
+            let checksum = i64::from_ne_bytes(stable_hash(migration.sql).to_ne_bytes());
+            let tx = conn
+                .transaction()
+                .await
+                .map_err(DbError::query("begin migration"))?;
+            let recorded = tx
+                .query_opt(
+                    &format!(
+                        "SELECT checksum FROM {schema}.schema_migrations
+                         WHERE migration_set = $1 AND version = $2"
+                    ),
+                    &[&set.set, &migration.version],
+                )
+                .await
+                .map_err(DbError::query("read migration record"))?;
+            if let Some(row) = recorded {
+                if row.get::<_, i64>(0) != checksum {
+                    return Err(MigrateError::Changed {
+                        set: set.set.into(),
+                        name: migration.name.into(),
+                    });
+                }
+                report.already_applied += 1;
+                continue;
+            }
+            tx.batch_execute(&format!("SET LOCAL search_path TO {schema}; {}", migration.sql))
+                .await
+                .map_err(DbError::query(format!("apply migration {}", migration.name)))?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO {schema}.schema_migrations (migration_set, version, name, checksum)
+                     VALUES ($1, $2, $3, $4)"
+                ),
+                &[&set.set, &migration.version, &migration.name, &checksum],
+            )
+            .await
+            .map_err(DbError::query("record migration"))?;
+            tx.commit()
+                .await
+                .map_err(DbError::query(format!("commit migration {}", migration.name)))?;
+            tracing::info!(schema, migration = migration.name, "migration applied");
+            report.applied.push(format!("{}/{}", set.set, migration.name));
+        }
+    }
+    Ok(report)
+}

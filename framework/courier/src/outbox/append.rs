@@ -1,0 +1,162 @@
+//! The write API: append events inside the caller's transaction (P1).
+//!
+//! There is no other way to emit an event: the outbox row commits or rolls back with the
+//! business rows, and the relay publishes only committed rows.
+
+use crate::config::CourierConfig;
+use crate::db::{render, DbError};
+use crate::outbox::event::{InvalidEvent, NewEvent};
+use crate::outbox::shard::shard_of;
+use tokio_postgres::Transaction;
+use uuid::Uuid;
+
+/// Why an append failed. Nothing was written in either case.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The event breaks a rule; the caller must fix it (HTTP 400 at a service's edge).
+    #[error(transparent)]
+    Invalid(#[from] InvalidEvent),
+    /// Two events of one call share `(aggregate_id, version)`.
+    #[error("events {first} and {second} are both version {version} of aggregate {aggregate_id}")]
+    DuplicateVersion {
+        aggregate_id: String,
+        version: i64,
+        first: Uuid,
+        second: Uuid,
+    },
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl AppendError {
+    /// A transient database error: retrying the caller's whole transaction may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, AppendError::Db(e) if e.is_transient())
+    }
+
+    /// The row already exists (same event id, or same aggregate version committed before):
+    /// an optimistic-concurrency conflict for the caller.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, AppendError::Db(DbError::Query { source, .. })
+            if source.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION))
+    }
+}
+
+/// Appends events to one schema's outbox.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    shard_count: u32,
+    /// NOTIFY channel the relay's listener LISTENs on.
+    channel: String,
+    append_sql: String,
+}
+
+/// The NOTIFY channel of a schema's outbox.
+pub fn wake_channel(schema: &str) -> String {
+    format!("{schema}_outbox_wake")
+}
+
+/// What was appended: enough for a consistency token (`aggregate_id`, `version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    pub event_id: Uuid,
+    pub aggregate_id: String,
+    pub version: i64,
+    pub shard: u32,
+}
+
+impl Outbox {
+    pub fn new(config: &CourierConfig) -> Self {
+        let schema = &config.database.schema;
+        Self {
+            shard_count: config.relay.shard_count,
+            channel: wake_channel(schema),
+            append_sql: render(include_str!("queries/append.sql"), schema),
+        }
+    }
+
+    /// Appends one event in `tx`.
+    pub async fn append(&self, tx: &Transaction<'_>, event: NewEvent) -> Result<Appended, AppendError> {
+        let mut appended = self.append_all(tx, vec![event]).await?;
+        Ok(appended.remove(0))
+    }
+
+    /// Appends `events` in `tx` with one statement. All are validated first: if any is
+    /// invalid, none is written.
+    pub async fn append_all(
+        &self,
+        tx: &Transaction<'_>,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Appended>, AppendError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut seen = std::collections::HashMap::new();
+        for event in &events {
+            event.validate()?;
+            if let Some(first) = seen.insert((&event.aggregate_id, event.version), event.event_id) {
+                return Err(AppendError::DuplicateVersion {
+                    aggregate_id: event.aggregate_id.clone(),
+                    version: event.version,
+                    first,
+                    second: event.event_id,
+                });
+            }
+        }
+        let n = events.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut shards = Vec::with_capacity(n);
+        let mut topics = Vec::with_capacity(n);
+        let mut aggregate_types = Vec::with_capacity(n);
+        let mut aggregate_ids = Vec::with_capacity(n);
+        let mut event_types = Vec::with_capacity(n);
+        let mut versions = Vec::with_capacity(n);
+        let mut schema_versions = Vec::with_capacity(n);
+        let mut payloads = Vec::with_capacity(n);
+        let mut attributes = Vec::with_capacity(n);
+        let mut occurred = Vec::with_capacity(n);
+        let mut appended = Vec::with_capacity(n);
+        for event in events {
+            let shard = shard_of(&event.aggregate_id, self.shard_count);
+            attributes.push(serde_json::json!(event.optional_attributes()));
+            appended.push(Appended {
+                event_id: event.event_id,
+                aggregate_id: event.aggregate_id.clone(),
+                version: event.version,
+                shard,
+            });
+            ids.push(event.event_id);
+            // shard < shard_count ≤ 1024 fits in i32.
+            shards.push(i32::try_from(shard).unwrap_or(i32::MAX));
+            topics.push(event.topic);
+            aggregate_types.push(event.aggregate_type);
+            aggregate_ids.push(event.aggregate_id);
+            event_types.push(event.event_type);
+            versions.push(event.version);
+            schema_versions.push(event.schema_version);
+            payloads.push(event.payload);
+            occurred.push(event.occurred_at);
+        }
+        tx.query(
+            &self.append_sql,
+            &[
+                &ids,
+                &shards,
+                &topics,
+                &aggregate_types,
+                &aggregate_ids,
+                &event_types,
+                &versions,
+                &schema_versions,
+                &payloads,
+                &attributes,
+                &occurred,
+                &self.channel,
+            ],
+        )
+        .await
+        .map_err(DbError::query(format!("append {n} events to outbox")))?;
+        metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(n as u64);
+        Ok(appended)
+    }
+}

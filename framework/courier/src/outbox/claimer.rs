@@ -1,0 +1,430 @@
+//! Claimer: drains one owned outbox shard.
+//!
+//! Loop: claim a batch → hand each key's rows to its publisher → mark the outcomes in batched
+//! statements. A batch found means claim again at once (up to `max_in_flight_batches` batches
+//! publishing); none found means idle: flag the shard idle so writers NOTIFY it, look once
+//! more, then poll with exponential backoff and full jitter until a wake or a hit.
+//!
+//! Each (re)start takes a fresh lock token: rows the previous incarnation held become
+//! claimable when their lease expires, and its late marks no longer match.
+
+use crate::config::RelayConfig;
+use crate::outbox::publisher::{PublishOutcome, Publishers};
+use crate::outbox::store::{ClaimedRow, FailedRow, OutboxStore};
+use crate::supervision::Supervision;
+use actix::prelude::*;
+use chrono::Utc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+/// Wakes are hints: one pending is as good as many, so a full mailbox just drops the extra.
+const CLAIMER_MAILBOX: usize = 16;
+
+/// Marking is retried this often on transient errors before the claimer restarts.
+const MARK_ATTEMPTS: u32 = 5;
+
+/// New rows may be waiting: claim now.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct OutboxNotified;
+
+/// Stop claiming, let in-flight batches finish and be marked, then stop; `drained` fires then.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopClaiming {
+    pub drained: oneshot::Sender<()>,
+}
+
+/// A test hook run after publishing and before marking (to stop a relay in that window).
+pub type BeforeMark = Arc<dyn Fn(u32) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
+
+pub struct Claimer {
+    shard: u32,
+    store: Arc<OutboxStore>,
+    publishers: Arc<Publishers>,
+    config: Arc<RelayConfig>,
+    supervision: Supervision,
+    before_mark: Option<BeforeMark>,
+    /// This incarnation's claim token.
+    token: Uuid,
+    /// A claim query is running.
+    claiming: bool,
+    /// Batches claimed and not yet marked.
+    in_flight: u32,
+    /// What this claimer last wrote to `outbox_shard_state.idle`.
+    idle_flagged: bool,
+    /// Empty polls in a row (the backoff exponent).
+    empty_polls: u32,
+    poll_timer: Option<SpawnHandle>,
+    /// Set by `StopClaiming`: who to tell once drained.
+    draining: Option<oneshot::Sender<()>>,
+    /// Escalated: do nothing more; the process is going away.
+    escalated: bool,
+}
+
+impl Claimer {
+    pub fn new(
+        shard: u32,
+        store: Arc<OutboxStore>,
+        publishers: Arc<Publishers>,
+        config: Arc<RelayConfig>,
+        supervision: Supervision,
+        before_mark: Option<BeforeMark>,
+    ) -> Self {
+        Self {
+            shard,
+            store,
+            publishers,
+            config,
+            supervision,
+            before_mark,
+            token: Uuid::new_v4(),
+            claiming: false,
+            in_flight: 0,
+            idle_flagged: false,
+            empty_polls: 0,
+            poll_timer: None,
+            draining: None,
+            escalated: false,
+        }
+    }
+
+    fn claim(&mut self, ctx: &mut Context<Self>) {
+        if self.escalated
+            || self.draining.is_some()
+            || self.claiming
+            || self.in_flight >= self.config.max_in_flight_batches
+        {
+            return;
+        }
+        if let Some(timer) = self.poll_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.claiming = true;
+        let store = self.store.clone();
+        let (shard, token) = (self.shard, self.token);
+        let (lease, limit) = (self.config.claim_lease(), self.config.claim_batch_size);
+        ctx.spawn(
+            async move { store.claim(shard, token, lease, limit).await }
+                .into_actor(self)
+                .map(|result, act, ctx| {
+                    act.claiming = false;
+                    match result {
+                        Ok(rows) if !rows.is_empty() => {
+                            metrics::histogram!(crate::metrics::OUTBOX_CLAIM_BATCH_SIZE)
+                                .record(rows.len() as f64);
+                            act.empty_polls = 0;
+                            if act.idle_flagged {
+                                act.set_idle(false, ctx);
+                            }
+                            act.dispatch(rows, ctx);
+                            act.claim(ctx);
+                        }
+                        Ok(_) => act.on_empty(ctx),
+                        Err(e) if e.is_transient() => {
+                            tracing::warn!(shard = act.shard, error = %e, "claim failed, will poll again");
+                            act.schedule_poll(ctx);
+                        }
+                        Err(e) => {
+                            tracing::error!(shard = act.shard, error = %e, "claim failed permanently, restarting claimer");
+                            ctx.stop();
+                        }
+                    }
+                }),
+        );
+    }
+
+    fn on_empty(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight > 0 {
+            // The batch completing will claim again.
+            return;
+        }
+        if !self.idle_flagged {
+            // Flag idle first, then look once more: a writer that committed before the flag
+            // is found by that look; one that commits after it sees the flag and NOTIFYs.
+            self.set_idle(true, ctx);
+            self.empty_polls = 0;
+            ctx.run_later(Duration::ZERO, |act, ctx| act.claim(ctx));
+            return;
+        }
+        self.schedule_poll(ctx);
+    }
+
+    /// Writes the idle flag. `wait` keeps flag writes in order (true after false can never be
+    /// overtaken by the false).
+    fn set_idle(&mut self, idle: bool, ctx: &mut Context<Self>) {
+        self.idle_flagged = idle;
+        let store = self.store.clone();
+        let shard = self.shard;
+        ctx.wait(
+            async move { store.set_shard_idle(shard, idle).await }
+                .into_actor(self)
+                .map(move |result, act, _| {
+                    if let Err(e) = result {
+                        tracing::warn!(shard = act.shard, idle, error = %e, "could not record shard idle flag");
+                        // Unknown state: make the next transition write again.
+                        act.idle_flagged = !idle;
+                    }
+                }),
+        );
+    }
+
+    fn schedule_poll(&mut self, ctx: &mut Context<Self>) {
+        let delay = self.config.poll_backoff().delay(self.empty_polls);
+        self.empty_polls = self.empty_polls.saturating_add(1);
+        if let Some(timer) = self.poll_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.poll_timer = Some(ctx.run_later(delay, |act, ctx| {
+            act.poll_timer = None;
+            act.claim(ctx);
+        }));
+    }
+
+    fn dispatch(&mut self, rows: Vec<ClaimedRow>, ctx: &mut Context<Self>) {
+        self.in_flight += 1;
+        let batch = RecordContext {
+            attempts: rows.iter().map(|r| (r.seq, r.publish_attempts)).collect(),
+            shard: self.shard,
+            token: self.token,
+            store: self.store.clone(),
+            config: self.config.clone(),
+        };
+        let publishers = self.publishers.clone();
+        let before_mark = self.before_mark.clone();
+        let groups = group_by_key(rows);
+        ctx.spawn(
+            async move {
+                let outcomes: Vec<PublishOutcome> =
+                    futures::future::join_all(groups.into_iter().map(|g| publishers.publish(g)))
+                        .await
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                if let Some(hook) = before_mark {
+                    hook(batch.shard).await;
+                }
+                batch.record(outcomes).await
+            }
+            .into_actor(self)
+            .map(|result, act, ctx| {
+                act.in_flight -= 1;
+                if let Err(e) = result {
+                    // Rows stay claimed by this token; a restart takes a new token so they
+                    // are reclaimed after the lease and published again (at least once).
+                    tracing::error!(shard = act.shard, error = %e, "marking failed, restarting claimer");
+                    ctx.stop();
+                    return;
+                }
+                if act.draining.is_some() {
+                    act.finish_draining(ctx);
+                } else {
+                    act.claim(ctx);
+                }
+            }),
+        );
+    }
+
+    fn finish_draining(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight == 0 {
+            if let Some(drained) = self.draining.take() {
+                let _ = drained.send(());
+            }
+            ctx.stop();
+        }
+    }
+}
+
+/// Splits a claimed batch into per-(topic, key) groups in version order, keeping the
+/// batch's claim order between groups.
+pub fn group_by_key(rows: Vec<ClaimedRow>) -> Vec<Vec<ClaimedRow>> {
+    let mut index: HashMap<(String, String), usize> = HashMap::new();
+    let mut groups: Vec<Vec<ClaimedRow>> = Vec::new();
+    for row in rows {
+        let key = (row.topic.clone(), row.aggregate_id.clone());
+        match index.get(&key) {
+            Some(&i) => groups[i].push(row),
+            None => {
+                index.insert(key, groups.len());
+                groups.push(vec![row]);
+            }
+        }
+    }
+    for group in &mut groups {
+        group.sort_by_key(|r| r.version);
+    }
+    groups
+}
+
+/// What recording one batch's outcomes needs.
+struct RecordContext {
+    /// Attempts each row had before this batch.
+    attempts: HashMap<i64, i32>,
+    shard: u32,
+    token: Uuid,
+    store: Arc<OutboxStore>,
+    config: Arc<RelayConfig>,
+}
+
+impl RecordContext {
+    async fn record(&self, outcomes: Vec<PublishOutcome>) -> Result<(), crate::db::DbError> {
+        let mut published = Vec::new();
+        let mut failed = Vec::new();
+        let mut not_tried = Vec::new();
+        for outcome in outcomes {
+            match outcome {
+                PublishOutcome::Published { seq, .. } => published.push(seq),
+                PublishOutcome::Failed { seq, error, permanent } => failed.push((seq, error, permanent)),
+                PublishOutcome::NotTried { seq } => not_tried.push(seq),
+            }
+        }
+        let failed = self.plan_failures(failed);
+        retry_transient(|| self.store.mark_published(&published, self.token)).await?;
+        retry_transient(|| self.store.mark_failed(&failed, self.token)).await?;
+        retry_transient(|| self.store.release(&not_tried, self.token)).await?;
+        Ok(())
+    }
+
+    /// Decides retry time or death for each failure, from the attempts the row already had.
+    fn plan_failures(&self, failed: Vec<(i64, String, bool)>) -> Vec<FailedRow> {
+        let backoff = self.config.retry_backoff();
+        failed
+            .into_iter()
+            .map(|(seq, error, permanent)| {
+                let attempts_after = self.attempts.get(&seq).copied().unwrap_or(0).saturating_add(1);
+                let dead = permanent
+                    || u32::try_from(attempts_after).unwrap_or(u32::MAX)
+                        >= self.config.publish_max_attempts;
+                if dead {
+                    metrics::counter!(crate::metrics::OUTBOX_DEAD_TOTAL).increment(1);
+                    tracing::error!(shard = self.shard, seq, attempts = attempts_after, error = %error,
+                        "outbox row is dead; its key waits for an operator (retry or skip)");
+                } else {
+                    tracing::warn!(shard = self.shard, seq, attempts = attempts_after, error = %error,
+                        "publish failed, will retry");
+                }
+                let retry_at = (!dead).then(|| {
+                    let delay = backoff.delay(u32::try_from(attempts_after - 1).unwrap_or(0));
+                    Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero())
+                });
+                FailedRow {
+                    seq,
+                    error,
+                    retry_at,
+                    dead,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Runs `op` until it succeeds, fails permanently, or `MARK_ATTEMPTS` transient failures.
+async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T, crate::db::DbError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, crate::db::DbError>>,
+{
+    let backoff = crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut attempt = 0;
+    loop {
+        match op().await {
+            Err(e) if e.is_transient() && attempt + 1 < MARK_ATTEMPTS => {
+                tokio::time::sleep(backoff.delay(attempt)).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Actor for Claimer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(CLAIMER_MAILBOX);
+        if self.escalated {
+            return;
+        }
+        self.token = Uuid::new_v4();
+        self.claiming = false;
+        self.in_flight = 0;
+        self.empty_polls = 0;
+        self.poll_timer = None;
+        // Unknown after a restart: the first idle transition writes it.
+        self.idle_flagged = false;
+        tracing::info!(shard = self.shard, token = %self.token, "claimer started");
+        ctx.run_later(self.supervision.start_delay, |act, ctx| act.claim(ctx));
+    }
+}
+
+impl Supervised for Claimer {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        if !self.supervision.restarting() {
+            self.escalated = true;
+        }
+    }
+}
+
+impl Handler<OutboxNotified> for Claimer {
+    type Result = ();
+
+    fn handle(&mut self, _: OutboxNotified, ctx: &mut Self::Context) {
+        self.empty_polls = 0;
+        self.claim(ctx);
+    }
+}
+
+impl Handler<StopClaiming> for Claimer {
+    type Result = ();
+
+    fn handle(&mut self, msg: StopClaiming, ctx: &mut Self::Context) {
+        if let Some(timer) = self.poll_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.draining = Some(msg.drained);
+        self.finish_draining(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(seq: i64, key: &str, version: i64) -> ClaimedRow {
+        ClaimedRow {
+            seq,
+            event_id: Uuid::new_v4(),
+            topic: "t.events".into(),
+            aggregate_type: "a".into(),
+            aggregate_id: key.into(),
+            event_type: "E".into(),
+            version,
+            schema_version: 1,
+            payload: vec![],
+            optional_attributes: Default::default(),
+            occurred_at: Utc::now(),
+            publish_attempts: 0,
+        }
+    }
+
+    #[test]
+    fn groups_keep_claim_order_and_sort_versions() {
+        let groups = group_by_key(vec![row(1, "b", 2), row(2, "a", 1), row(3, "b", 1), row(4, "a", 2)]);
+        let shape: Vec<Vec<(String, i64)>> = groups
+            .iter()
+            .map(|g| g.iter().map(|r| (r.aggregate_id.clone(), r.version)).collect())
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![("b".to_string(), 1), ("b".to_string(), 2)],
+                vec![("a".to_string(), 1), ("a".to_string(), 2)]
+            ]
+        );
+    }
+}

@@ -1,0 +1,23 @@
+//! The write side: appending events in the caller's transaction, and the relay that publishes
+//! them to Pub/Sub in per-key order.
+//!
+//! - [`append`]: `Outbox::append` / `append_all` inside a tokio-postgres transaction.
+//! - [`event`], [`attributes`]: what an event is and the attributes it is published with.
+//! - [`relay`]: starts the actor tree below.
+//! - [`notify_listener`] → [`shard_owner`] → [`claimer`] → [`publisher`]: the actors.
+//! - [`store`]: the relay's SQL (`queries/*.sql`); [`shard`]: shard hashing.
+
+pub mod append;
+pub mod attributes;
+pub mod claimer;
+pub mod event;
+pub mod notify_listener;
+pub mod publisher;
+pub mod relay;
+pub mod shard;
+pub mod shard_owner;
+pub mod store;
+
+pub use append::{AppendError, Appended, Outbox};
+pub use event::{InvalidEvent, NewEvent};
+pub use relay::{Relay, RelayHandle, RelayOptions};

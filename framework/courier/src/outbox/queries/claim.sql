@@ -1,0 +1,34 @@
+-- Claims up to $4 rows of shard $1 for the owner whose lock token is $2.
+-- A row is claimable when it is unpublished, not dead, due, and either unclaimed or claimed by
+-- another (earlier) owner whose lease of $3 seconds has expired.
+-- Head of line: a row is skipped while its key has an earlier unpublished version that is
+-- dead, waiting for a retry, or held by a live claim, so no version overtakes an earlier one.
+WITH claimable AS (
+    SELECT o.seq
+    FROM {schema}.outbox o
+    WHERE o.shard = $1
+      AND o.published_at IS NULL
+      AND o.dead_at IS NULL
+      AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
+      AND (o.lock_token IS NULL
+           OR (o.lock_token <> $2 AND o.locked_at < now() - make_interval(secs => $3)))
+      AND NOT EXISTS (
+          SELECT 1
+          FROM {schema}.outbox e
+          WHERE e.aggregate_id = o.aggregate_id
+            AND e.published_at IS NULL
+            AND e.version < o.version
+            AND (e.dead_at IS NOT NULL
+                 OR e.next_retry_at > now()
+                 OR (e.lock_token IS NOT NULL
+                     AND (e.lock_token = $2 OR e.locked_at >= now() - make_interval(secs => $3)))))
+    ORDER BY o.seq
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.outbox o
+SET lock_token = $2, locked_at = now()
+FROM claimable c
+WHERE o.seq = c.seq
+RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
+          o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts

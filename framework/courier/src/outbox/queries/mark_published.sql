@@ -1,0 +1,9 @@
+-- Marks rows published. The lock token guard makes a stale owner's mark a no-op.
+UPDATE {schema}.outbox
+SET published_at = now(),
+    publish_attempts = publish_attempts + 1,
+    lock_token = NULL,
+    locked_at = NULL,
+    next_retry_at = NULL,
+    last_error = NULL
+WHERE seq = ANY($1::bigint[]) AND lock_token = $2

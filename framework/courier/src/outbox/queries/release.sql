@@ -1,0 +1,5 @@
+-- Gives back rows that were not tried because an earlier row of their key failed; no attempt
+-- is counted against them.
+UPDATE {schema}.outbox
+SET lock_token = NULL, locked_at = NULL
+WHERE seq = ANY($1::bigint[]) AND lock_token = $2

@@ -1,0 +1,182 @@
+//! The relay: wires NotifyListener → ShardOwner → Claimers → Publishers, each supervised.
+//!
+//! [`Relay::spawn`] runs the actor tree on its own thread and actix System, so a process (or a
+//! test) can run it beside other work and stop it abruptly with [`RelayHandle::kill`] — which
+//! drops every connection and in-flight publish like `kill -9` would, minus the process exit.
+
+use crate::config::CourierConfig;
+use crate::db::DbError;
+use crate::outbox::append::wake_channel;
+use crate::outbox::claimer::BeforeMark;
+use crate::outbox::notify_listener::NotifyListener;
+use crate::outbox::publisher::{PublishFault, PublisherSettings, Publishers};
+use crate::outbox::shard_owner::{ClaimerParts, OwnedShards, ReleaseAll, ShardOwner};
+use crate::outbox::store::OutboxStore;
+use crate::pubsub::PubSub;
+use crate::supervision::{exit_process_on_escalation, EscalationHandler, Supervision};
+use actix::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How a relay is started beyond its config: escalation and test hooks.
+#[derive(Clone)]
+pub struct RelayOptions {
+    pub escalate: EscalationHandler,
+    /// Fails chosen publishes (fault tests).
+    pub publish_fault: Option<PublishFault>,
+    /// Runs between publishing and marking (crash-window tests).
+    pub before_mark: Option<BeforeMark>,
+}
+
+impl Default for RelayOptions {
+    fn default() -> Self {
+        Self {
+            escalate: exit_process_on_escalation(),
+            publish_fault: None,
+            before_mark: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("relay thread failed to start: {0}")]
+    Start(String),
+}
+
+/// The running actor tree, for callers inside its actix System.
+pub struct RelayActors {
+    pub instance_id: Uuid,
+    pub shard_owner: Addr<ShardOwner>,
+    pub listener: Addr<NotifyListener>,
+}
+
+/// Starts the relay's actors on the current actix System.
+pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActors, RelayError> {
+    let config = Arc::new(config.clone());
+    let pool = crate::db::pool(&config.database, "courier-relay")?;
+    let store = Arc::new(OutboxStore::new(pool, &config.database.schema));
+    let publishers = Arc::new(Publishers::new(
+        PubSub::new(config.pubsub.clone()),
+        PublisherSettings {
+            idle_after: Duration::from_secs(config.relay.publisher_idle_secs),
+            publish_timeout: Duration::from_secs(config.relay.publish_timeout_secs),
+            fault: options.publish_fault.clone(),
+        },
+    ));
+    let instance_id = Uuid::new_v4();
+    let parts = ClaimerParts {
+        store,
+        publishers,
+        relay: Arc::new(config.relay.clone()),
+        config: config.clone(),
+        escalate: options.escalate.clone(),
+        before_mark: options.before_mark.clone(),
+    };
+    let owner_supervision = Supervision::new(
+        "shard_owner",
+        instance_id.to_string(),
+        config.supervision.shard_owner,
+        options.escalate.clone(),
+    );
+    let shard_owner = Supervisor::start(move |_| ShardOwner::new(instance_id, parts, owner_supervision));
+    let target = shard_owner.clone().recipient();
+    let listener_config = config.clone();
+    let escalate = options.escalate.clone();
+    let listener = Supervisor::start(move |_| {
+        NotifyListener::new(
+            listener_config.database.clone(),
+            wake_channel(&listener_config.database.schema),
+            target,
+            Supervision::new(
+                "notify_listener",
+                "listen",
+                listener_config.supervision.notify_listener,
+                escalate,
+            ),
+        )
+    });
+    tracing::info!(instance = %instance_id, shards = config.relay.shard_count, "relay started");
+    Ok(RelayActors {
+        instance_id,
+        shard_owner,
+        listener,
+    })
+}
+
+/// A relay running on its own thread.
+pub struct RelayHandle {
+    pub instance_id: Uuid,
+    system: actix::System,
+    shard_owner: Addr<ShardOwner>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Entry point for running a relay beside other work.
+pub struct Relay;
+
+impl Relay {
+    /// Starts a relay on a new thread with its own actix System.
+    pub fn spawn(config: &CourierConfig, options: RelayOptions) -> Result<RelayHandle, RelayError> {
+        let config = config.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("courier-relay".into())
+            .spawn(move || {
+                let system = actix::System::new();
+                let started = system.block_on(async { start(&config, options) });
+                let ok = started.is_ok();
+                let _ = ready_tx.send(started.map(|actors| (actix::System::current(), actors)));
+                if ok {
+                    let _ = system.run();
+                }
+            })
+            .map_err(|e| RelayError::Start(e.to_string()))?;
+        let (system, actors) = ready_rx
+            .recv()
+            .map_err(|_| RelayError::Start("relay thread exited".into()))??;
+        Ok(RelayHandle {
+            instance_id: actors.instance_id,
+            system,
+            shard_owner: actors.shard_owner,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl RelayHandle {
+    /// Shards this relay owns now.
+    pub async fn owned_shards(&self) -> Vec<u32> {
+        self.shard_owner.send(OwnedShards).await.unwrap_or_default()
+    }
+
+    /// Stops at once: nothing is drained or marked (what a crash does).
+    pub fn kill(mut self) {
+        self.system.stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Stops claiming, waits (up to `grace`) for in-flight batches to be marked, then stops.
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.shard_owner.send(ReleaseAll).await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < deadline && !self.owned_shards().await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.kill();
+    }
+}
+
+impl Drop for RelayHandle {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.system.stop();
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The relay's SQL: claim, mark, release, shard state, heartbeat, backlog gauges.
+//! Queries live in `queries/*.sql`, rendered once for the configured schema.
+
+use crate::db::{render, DbError, PgPool};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// A claimed outbox row: everything the publisher needs, so it looks nothing up again.
+#[derive(Debug, Clone)]
+pub struct ClaimedRow {
+    pub seq: i64,
+    pub event_id: Uuid,
+    pub topic: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub version: i64,
+    pub schema_version: i32,
+    pub payload: Vec<u8>,
+    /// Optional attributes as stored (`correlation_id`, …).
+    pub optional_attributes: serde_json::Map<String, serde_json::Value>,
+    pub occurred_at: DateTime<Utc>,
+    /// Attempts before this one.
+    pub publish_attempts: i32,
+}
+
+/// A row whose publish failed, and what to do about it.
+#[derive(Debug, Clone)]
+pub struct FailedRow {
+    pub seq: i64,
+    pub error: String,
+    /// When to try again; `None` together with `dead`.
+    pub retry_at: Option<DateTime<Utc>>,
+    pub dead: bool,
+}
+
+/// Rendered statements and the pool they run on.
+#[derive(Debug)]
+pub struct OutboxStore {
+    pool: PgPool,
+    claim: String,
+    mark_published: String,
+    mark_failed: String,
+    release: String,
+    set_shard_idle: String,
+    heartbeat: String,
+    backlog: String,
+}
+
+/// Gauges read from the outbox table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backlog {
+    pub pending: i64,
+    pub dead: i64,
+    pub max_attempts: i32,
+    pub oldest_pending_secs: f64,
+}
+
+impl OutboxStore {
+    pub fn new(pool: PgPool, schema: &str) -> Self {
+        Self {
+            pool,
+            claim: render(include_str!("queries/claim.sql"), schema),
+            mark_published: render(include_str!("queries/mark_published.sql"), schema),
+            mark_failed: render(include_str!("queries/mark_failed.sql"), schema),
+            release: render(include_str!("queries/release.sql"), schema),
+            set_shard_idle: render(include_str!("queries/set_shard_idle.sql"), schema),
+            heartbeat: render(include_str!("queries/heartbeat.sql"), schema),
+            backlog: render(include_str!("queries/backlog.sql"), schema),
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn conn(
+        &self,
+        context: &str,
+    ) -> Result<bb8::PooledConnection<'_, bb8_postgres::PostgresConnectionManager<tokio_postgres::NoTls>>, DbError>
+    {
+        self.pool.get().await.map_err(DbError::pool(context.to_string()))
+    }
+
+    /// Claims up to `limit` rows of `shard` for `token`, in claim order.
+    pub async fn claim(
+        &self,
+        shard: u32,
+        token: Uuid,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<Vec<ClaimedRow>, DbError> {
+        let context = format!("claim batch for shard {shard}");
+        let conn = self.conn(&context).await?;
+        let rows = conn
+            .query(
+                &self.claim,
+                &[&shard_param(shard), &token, &lease.as_secs_f64(), &i64::from(limit)],
+            )
+            .await
+            .map_err(DbError::query(context))?;
+        let mut claimed: Vec<ClaimedRow> = rows
+            .into_iter()
+            .map(|row| ClaimedRow {
+                seq: row.get(0),
+                event_id: row.get(1),
+                topic: row.get(2),
+                aggregate_type: row.get(3),
+                aggregate_id: row.get(4),
+                event_type: row.get(5),
+                version: row.get(6),
+                schema_version: row.get(7),
+                payload: row.get(8),
+                optional_attributes: match row.get::<_, serde_json::Value>(9) {
+                    serde_json::Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                },
+                occurred_at: row.get(10),
+                publish_attempts: row.get(11),
+            })
+            .collect();
+        // UPDATE … RETURNING does not keep the CTE's order.
+        claimed.sort_by_key(|r| r.seq);
+        Ok(claimed)
+    }
+
+    /// Marks `seqs` published; returns how many rows `token` still owned.
+    pub async fn mark_published(&self, seqs: &[i64], token: Uuid) -> Result<u64, DbError> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        let context = format!("mark {} rows published", seqs.len());
+        let conn = self.conn(&context).await?;
+        conn.execute(&self.mark_published, &[&seqs, &token])
+            .await
+            .map_err(DbError::query(context))
+    }
+
+    /// Records failures; returns how many rows `token` still owned.
+    pub async fn mark_failed(&self, failed: &[FailedRow], token: Uuid) -> Result<u64, DbError> {
+        if failed.is_empty() {
+            return Ok(0);
+        }
+        let seqs: Vec<i64> = failed.iter().map(|f| f.seq).collect();
+        let errors: Vec<&str> = failed.iter().map(|f| f.error.as_str()).collect();
+        let retry_at: Vec<Option<DateTime<Utc>>> = failed.iter().map(|f| f.retry_at).collect();
+        let dead: Vec<bool> = failed.iter().map(|f| f.dead).collect();
+        let context = format!("record {} failed publishes", failed.len());
+        let conn = self.conn(&context).await?;
+        conn.execute(&self.mark_failed, &[&seqs, &errors, &retry_at, &dead, &token])
+            .await
+            .map_err(DbError::query(context))
+    }
+
+    /// Releases `seqs` without counting an attempt.
+    pub async fn release(&self, seqs: &[i64], token: Uuid) -> Result<u64, DbError> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        let context = format!("release {} rows", seqs.len());
+        let conn = self.conn(&context).await?;
+        conn.execute(&self.release, &[&seqs, &token])
+            .await
+            .map_err(DbError::query(context))
+    }
+
+    /// Sets shard `shard`'s idle flag (only writes when it changes).
+    pub async fn set_shard_idle(&self, shard: u32, idle: bool) -> Result<(), DbError> {
+        let context = format!("set shard {shard} idle={idle}");
+        let conn = self.conn(&context).await?;
+        conn.execute(&self.set_shard_idle, &[&shard_param(shard), &idle])
+            .await
+            .map_err(DbError::query(context))?;
+        Ok(())
+    }
+
+    /// Heartbeats `instance` and returns the number of live instances (itself included).
+    pub async fn heartbeat(
+        &self,
+        instance: Uuid,
+        owned: &[u32],
+        alive_within: Duration,
+    ) -> Result<u32, DbError> {
+        let owned: Vec<i32> = owned.iter().map(|s| shard_param(*s)).collect();
+        let conn = self.conn("relay heartbeat").await?;
+        let row = conn
+            .query_one(&self.heartbeat, &[&instance, &owned, &alive_within.as_secs_f64()])
+            .await
+            .map_err(DbError::query("relay heartbeat"))?;
+        Ok(u32::try_from(row.get::<_, i64>(0)).unwrap_or(1).max(1))
+    }
+
+    /// Reads the outbox gauges.
+    pub async fn backlog(&self) -> Result<Backlog, DbError> {
+        let conn = self.conn("read outbox backlog").await?;
+        let row = conn
+            .query_one(&self.backlog, &[])
+            .await
+            .map_err(DbError::query("read outbox backlog"))?;
+        Ok(Backlog {
+            pending: row.get(0),
+            dead: row.get(1),
+            max_attempts: row.get(2),
+            oldest_pending_secs: row.get(3),
+        })
+    }
+}
+
+/// Shards are < 1024 (validated), so they fit PostgreSQL's integer.
+fn shard_param(shard: u32) -> i32 {
+    i32::try_from(shard).unwrap_or(i32::MAX)
+}
