@@ -1,0 +1,74 @@
+use crate::TestPubSub;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// One received message.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub message_id: String,
+    pub ordering_key: String,
+    pub attributes: HashMap<String, String>,
+    pub data: Vec<u8>,
+}
+
+impl Received {
+    pub fn attribute(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key).map(String::as_str)
+    }
+}
+
+/// Receives and acks everything on a subscription into memory, on one long-lived stream that
+/// is never cancelled mid-`next()` (the emulator strands messages on cancelled streams).
+#[derive(Clone)]
+pub struct Collector {
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Collector {
+    /// Starts collecting from `subscription` on the current runtime.
+    pub async fn start(pubsub: &TestPubSub, subscription: &str) -> anyhow::Result<Self> {
+        let client = pubsub.client();
+        let subscriber = client.subscriber().await?;
+        let mut stream = subscriber.subscribe(client.subscription_path(subscription)).build();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let sink = received.clone();
+        tokio::spawn(async move {
+            // Holds the client for the stream's life.
+            let _subscriber = subscriber;
+            while let Some(Ok((message, handler))) = stream.next().await {
+                let item = Received {
+                    message_id: message.message_id.clone(),
+                    ordering_key: message.ordering_key.clone(),
+                    attributes: message.attributes.clone().into_iter().collect(),
+                    data: message.data.to_vec(),
+                };
+                if let Ok(mut all) = sink.lock() {
+                    all.push(item);
+                }
+                handler.ack();
+            }
+        });
+        Ok(Self { received })
+    }
+
+    /// Everything received so far, in arrival order.
+    pub fn all(&self) -> Vec<Received> {
+        self.received.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.received.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Distinct event ids received.
+    pub fn distinct_event_ids(&self) -> std::collections::HashSet<String> {
+        self.all()
+            .into_iter()
+            .filter_map(|r| r.attributes.get("event_id").cloned())
+            .collect()
+    }
+}

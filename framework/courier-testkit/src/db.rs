@@ -1,0 +1,118 @@
+use anyhow::Context as _;
+use courier::config::DatabaseConfig;
+use courier::db::PgPool;
+use tokio_postgres::NoTls;
+
+const DEFAULT_SERVER: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A database of its own for one test, migrated, dropped on drop.
+pub struct TestDb {
+    pub name: String,
+    /// Points at the test database, schema `courier`.
+    pub config: DatabaseConfig,
+    pub pool: PgPool,
+    server: tokio_postgres::Config,
+}
+
+fn server_config() -> anyhow::Result<tokio_postgres::Config> {
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_SERVER.into());
+    url.parse()
+        .with_context(|| format!("DATABASE_URL {url:?} is not a PostgreSQL connection string"))
+}
+
+/// `key=value` connection string for `config` with another database name.
+fn with_dbname(config: &tokio_postgres::Config, dbname: &str) -> String {
+    use tokio_postgres::config::Host;
+    let mut parts = Vec::new();
+    if let Some(Host::Tcp(host)) = config.get_hosts().first() {
+        parts.push(format!("host={host}"));
+    }
+    #[cfg(unix)]
+    if let Some(Host::Unix(path)) = config.get_hosts().first() {
+        parts.push(format!("host={}", path.display()));
+    }
+    if let Some(port) = config.get_ports().first() {
+        parts.push(format!("port={port}"));
+    }
+    if let Some(user) = config.get_user() {
+        parts.push(format!("user={user}"));
+    }
+    if let Some(password) = config.get_password() {
+        parts.push(format!("password='{}'", String::from_utf8_lossy(password).replace('\'', "\\'")));
+    }
+    parts.push(format!("dbname={dbname}"));
+    parts.join(" ")
+}
+
+async fn admin(server: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = server
+        .connect(NoTls)
+        .await
+        .context("cannot connect to PostgreSQL (is it running? see README)")?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+impl TestDb {
+    /// Creates a fresh database and applies the framework's migrations to schema `courier`.
+    pub async fn new() -> anyhow::Result<Self> {
+        let server = server_config()?;
+        let name = crate::unique_name("courier_test").replace('-', "_");
+        admin(&server)
+            .await?
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .with_context(|| format!("create database {name}"))?;
+        let config = DatabaseConfig {
+            url: with_dbname(&server, &name),
+            ..DatabaseConfig::default()
+        };
+        let pool = courier::db::pool(&config, "courier-test")?;
+        courier::migrate::migrate(&pool, &config.schema, &[courier::migrate::COURIER]).await?;
+        Ok(Self {
+            name,
+            config,
+            pool,
+            server,
+        })
+    }
+
+    /// A new connection to the test database (outside the pool).
+    pub async fn client(&self) -> anyhow::Result<tokio_postgres::Client> {
+        let (client, connection) = self
+            .config
+            .url
+            .parse::<tokio_postgres::Config>()?
+            .connect(NoTls)
+            .await
+            .with_context(|| format!("connect to {}", self.name))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // Drop runs inside the test's runtime, which cannot block on itself: use a thread with
+        // a runtime of its own. FORCE ends sessions still open (a relay thread, the pool).
+        let server = self.server.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            runtime.block_on(async {
+                if let Ok(client) = admin(&server).await {
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}

@@ -1,0 +1,144 @@
+use anyhow::Context as _;
+use courier::config::PubSubConfig;
+use courier::pubsub::{PubSub, SubscriptionSpec};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// Project id used with the emulator (any id works there).
+pub const TEST_PROJECT: &str = "courier-test";
+
+/// The Pub/Sub emulator this test binary uses. Clients are built per test: the official
+/// crate's clients run background tasks on the runtime that built them.
+#[derive(Debug, Clone)]
+pub struct TestPubSub {
+    /// `host:port` of the emulator.
+    pub host: String,
+}
+
+static EMULATOR: OnceCell<TestPubSub> = OnceCell::const_new();
+
+impl TestPubSub {
+    /// The emulator at `PUBSUB_EMULATOR_HOST`, or one started for this binary.
+    pub async fn get() -> anyhow::Result<TestPubSub> {
+        EMULATOR
+            .get_or_try_init(|| async {
+                match std::env::var("PUBSUB_EMULATOR_HOST") {
+                    Ok(host) if !host.is_empty() => {
+                        wait_ready(&host).await?;
+                        Ok(TestPubSub { host })
+                    }
+                    _ => start_emulator().await,
+                }
+            })
+            .await
+            .cloned()
+    }
+
+    pub fn config(&self) -> PubSubConfig {
+        PubSubConfig {
+            project: TEST_PROJECT.into(),
+            emulator_host: Some(self.host.clone()),
+        }
+    }
+
+    pub fn client(&self) -> PubSub {
+        PubSub::new(self.config())
+    }
+
+    /// Creates a topic with a unique name starting with `prefix`.
+    pub async fn topic(&self, prefix: &str) -> anyhow::Result<String> {
+        let name = crate::unique_name(prefix);
+        let pubsub = self.client();
+        pubsub.ensure_topic(&pubsub.topic_admin().await?, &name).await?;
+        Ok(name)
+    }
+
+    /// Creates an ordered subscription with a unique name on `topic`.
+    pub async fn subscription(&self, topic: &str) -> anyhow::Result<String> {
+        let name = crate::unique_name(&format!("{topic}.sub"));
+        let pubsub = self.client();
+        pubsub
+            .ensure_subscription(
+                &pubsub.subscription_admin().await?,
+                &SubscriptionSpec::plain(&name, topic),
+            )
+            .await?;
+        Ok(name)
+    }
+}
+
+/// Finds the emulator launcher: `COURIER_PUBSUB_EMULATOR`, the Debian package's location, or
+/// the Google Cloud SDK root reported by `gcloud info`.
+fn emulator_launcher() -> anyhow::Result<PathBuf> {
+    if let Ok(path) = std::env::var("COURIER_PUBSUB_EMULATOR") {
+        return Ok(path.into());
+    }
+    const RELATIVE: &str = "platform/pubsub-emulator/bin/cloud-pubsub-emulator";
+    let debian = PathBuf::from("/usr/lib/google-cloud-sdk").join(RELATIVE);
+    if debian.exists() {
+        return Ok(debian);
+    }
+    let output = Command::new("gcloud")
+        .args(["info", "--format=value(installation.sdk_root)"])
+        .output()
+        .context("the Pub/Sub emulator was not found and gcloud is not installed")?;
+    let root = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    let path = PathBuf::from(root).join(RELATIVE);
+    anyhow::ensure!(path.exists(), "the Pub/Sub emulator is not installed at {}", path.display());
+    Ok(path)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Starts the emulator under a watchdog shell that stops it (its whole process group) when
+/// this test process exits, however it exits.
+async fn start_emulator() -> anyhow::Result<TestPubSub> {
+    let launcher = emulator_launcher()?;
+    let port = free_port()?;
+    let log_dir = std::env::temp_dir().join("courier-emulator-logs");
+    std::fs::create_dir_all(&log_dir)?;
+    let log = log_dir.join(format!("emulator-{port}.log"));
+    let script = r#"
+        setsid "$1" --host=127.0.0.1 --port="$2" > "$3" 2>&1 &
+        child=$!
+        while kill -0 "$4" 2>/dev/null; do sleep 1; done
+        kill -- -"$child" 2>/dev/null; sleep 2; kill -9 -- -"$child" 2>/dev/null
+    "#;
+    Command::new("bash")
+        .args(["-c", script, "watchdog"])
+        .arg(&launcher)
+        .arg(port.to_string())
+        .arg(&log)
+        .arg(std::process::id().to_string())
+        .env("JAVA_OPTS", "-Xmx512m")
+        .spawn()
+        .with_context(|| format!("start {}", launcher.display()))?;
+    let host = format!("127.0.0.1:{port}");
+    wait_ready(&host)
+        .await
+        .with_context(|| format!("emulator log: {}", log.display()))?;
+    Ok(TestPubSub { host })
+}
+
+/// Waits until the emulator answers HTTP on `host`.
+async fn wait_ready(host: &str) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = || async {
+        let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+        stream
+            .write_all(format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).await.ok()?;
+        String::from_utf8_lossy(&reply).contains("Ok").then_some(())
+    };
+    crate::wait_until(Duration::from_secs(60), &format!("Pub/Sub emulator at {host}"), || async {
+        probe().await.is_some()
+    })
+    .await
+}

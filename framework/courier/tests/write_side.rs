@@ -1,0 +1,510 @@
+//! The write side end to end: real PostgreSQL, the real Pub/Sub emulator, the real relay.
+//! Each test has its own database, topic and subscription, so they run in parallel.
+
+use courier::migrate::{migrate, COURIER};
+use courier::outbox::{AppendError, NewEvent, Outbox, Relay, RelayHandle, RelayOptions};
+use courier::supervision::{Escalation, EscalationHandler};
+use courier::CourierConfig;
+use courier_testkit::{test_config, wait_until, Collector, TestDb, TestPubSub};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// One Prometheus recorder for the whole test binary (the recorder is process-global).
+fn metrics() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("install test recorder")
+    })
+}
+
+/// The value of a counter in the rendered metrics (summed over label sets).
+fn counter(name: &str, label: Option<&str>) -> f64 {
+    metrics()
+        .render()
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter(|l| label.is_none_or(|lab| l.contains(lab)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct Setup {
+    db: TestDb,
+    config: CourierConfig,
+    topic: String,
+    collector: Collector,
+}
+
+async fn setup(tweak: impl FnOnce(&mut CourierConfig)) -> anyhow::Result<Setup> {
+    metrics();
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let topic = pubsub.topic("outbox").await?;
+    let subscription = pubsub.subscription(&topic).await?;
+    let collector = Collector::start(&pubsub, &subscription).await?;
+    let mut config = test_config(&db, &pubsub);
+    tweak(&mut config);
+    Ok(Setup {
+        db,
+        config,
+        topic,
+        collector,
+    })
+}
+
+fn recording_escalations() -> (EscalationHandler, Arc<Mutex<Vec<Escalation>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let handler: EscalationHandler = Arc::new(move |e| sink.lock().expect("lock").push(e));
+    (handler, seen)
+}
+
+fn options() -> RelayOptions {
+    RelayOptions {
+        escalate: recording_escalations().0,
+        ..RelayOptions::default()
+    }
+}
+
+fn event(topic: &str, key: &str, version: i64) -> NewEvent {
+    NewEvent::new(topic, "video", key, "VideoChanged", version, format!("{key}:{version}").into_bytes())
+}
+
+/// Appends `events` in one committed transaction.
+async fn commit(db: &TestDb, config: &CourierConfig, events: Vec<NewEvent>) -> anyhow::Result<()> {
+    let mut conn = db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    Outbox::new(config).append_all(&tx, events).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn count(db: &TestDb, sql: &str) -> i64 {
+    match db.pool.get().await {
+        Ok(conn) => conn.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1),
+        Err(_) => -1,
+    }
+}
+
+async fn all_published(db: &TestDb) -> bool {
+    count(db, "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL").await == 0
+}
+
+/// For each key, the versions in order of first arrival.
+fn first_arrivals(collector: &Collector) -> HashMap<String, Vec<i64>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut order: HashMap<String, Vec<i64>> = HashMap::new();
+    for r in collector.all() {
+        let version: i64 = r.attribute("version").and_then(|v| v.parse().ok()).unwrap_or(-1);
+        if seen.insert((r.ordering_key.clone(), version)) {
+            order.entry(r.ordering_key.clone()).or_default().push(version);
+        }
+    }
+    order
+}
+
+fn spawn(config: &CourierConfig, options: RelayOptions) -> anyhow::Result<RelayHandle> {
+    Ok(Relay::spawn(config, options)?)
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do() -> anyhow::Result<()> {
+    let s = setup(|_| {}).await?;
+    let _relay = spawn(&s.config, options())?;
+    let committed: Vec<NewEvent> = (1..=3)
+        .map(|v| {
+            event(&s.topic, "video-1", v)
+                .with_correlation_id("corr-1")
+                .with_source_service("catalog")
+        })
+        .collect();
+    commit(&s.db, &s.config, committed.clone()).await?;
+    {
+        let mut conn = s.db.pool.get().await?;
+        let tx = conn.transaction().await?;
+        Outbox::new(&s.config)
+            .append_all(&tx, vec![event(&s.topic, "video-2", 1), event(&s.topic, "video-2", 2)])
+            .await?;
+        tx.rollback().await?;
+    }
+    // A later committed event: once it and everything before it is published, a rolled-back
+    // event would have had every chance to appear.
+    commit(&s.db, &s.config, vec![event(&s.topic, "video-3", 1)]).await?;
+    wait_until(WAIT, "4 committed events delivered", || async {
+        s.collector.distinct_event_ids().len() >= 4 && all_published(&s.db).await
+    })
+    .await?;
+
+    assert_eq!(count(&s.db, "SELECT count(*) FROM courier.outbox").await, 4);
+    let received = s.collector.all();
+    assert!(received.iter().all(|r| r.ordering_key != "video-2"), "rolled-back events were published");
+    for sent in &committed {
+        let got = received
+            .iter()
+            .find(|r| r.attribute("event_id") == Some(&sent.event_id.to_string()))
+            .expect("committed event delivered");
+        assert_eq!(got.ordering_key, "video-1");
+        assert_eq!(got.data, sent.payload);
+        assert_eq!(got.attribute("event_type"), Some("VideoChanged"));
+        assert_eq!(got.attribute("aggregate_id"), Some("video-1"));
+        assert_eq!(got.attribute("aggregate_type"), Some("video"));
+        assert_eq!(got.attribute("version"), Some(sent.version.to_string().as_str()));
+        assert_eq!(got.attribute("schema_version"), Some("1"));
+        assert_eq!(got.attribute("correlation_id"), Some("corr-1"));
+        assert_eq!(got.attribute("source_service"), Some("catalog"));
+        let occurred = got.attribute("occurred_at").expect("occurred_at");
+        assert!(chrono::DateTime::parse_from_rfc3339(occurred).is_ok(), "{occurred}");
+        assert_eq!(got.attribute("causation_id"), None);
+    }
+    assert_eq!(first_arrivals(&s.collector)["video-1"], vec![1, 2, 3]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_order() -> anyhow::Result<()> {
+    let s = setup(|_| {}).await?;
+    let _relay = spawn(&s.config, options())?;
+    let writers: Vec<_> = (0..10)
+        .map(|w| {
+            let pool = s.db.pool.clone();
+            let config = s.config.clone();
+            let topic = s.topic.clone();
+            tokio::spawn(async move {
+                let outbox = Outbox::new(&config);
+                for version in 1..=20 {
+                    for k in 0..5 {
+                        let key = format!("key-{w}-{k}");
+                        let mut conn = pool.get().await?;
+                        let tx = conn.transaction().await?;
+                        outbox.append(&tx, event(&topic, &key, version)).await?;
+                        tx.commit().await?;
+                    }
+                }
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await??;
+    }
+    wait_until(Duration::from_secs(60), "1000 events delivered", || async {
+        s.collector.distinct_event_ids().len() >= 1000
+    })
+    .await?;
+    let arrivals = first_arrivals(&s.collector);
+    assert_eq!(arrivals.len(), 50);
+    for (key, versions) in arrivals {
+        assert_eq!(versions, (1..=20).collect::<Vec<_>>(), "key {key} out of order");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()> {
+    let s = setup(|_| {}).await?;
+    let failures = Arc::new(AtomicU32::new(0));
+    let counter = failures.clone();
+    let fault: courier::outbox::publisher::PublishFault = Arc::new(move |row| {
+        (row.aggregate_id == "stuck" && row.version == 1 && counter.fetch_add(1, Ordering::SeqCst) < 3)
+            .then(|| "injected: broker unavailable".to_string())
+    });
+    let config = RelayOptions {
+        publish_fault: Some(fault),
+        ..options()
+    };
+    // Retries 1 s apart give time to look at the held-back state.
+    let mut relay_config = s.config.clone();
+    relay_config.relay.retry_base_millis = 1_000;
+    relay_config.relay.retry_cap_millis = 1_000;
+    let _relay = spawn(&relay_config, config)?;
+    commit(&s.db, &s.config, (1..=5).map(|v| event(&s.topic, "stuck", v)).collect()).await?;
+    commit(&s.db, &s.config, (0..5).map(|i| event(&s.topic, &format!("free-{i}"), 1)).collect()).await?;
+
+    wait_until(WAIT, "other keys delivered while v1 fails", || async {
+        (0..5).all(|i| first_arrivals(&s.collector).contains_key(&format!("free-{i}")))
+    })
+    .await?;
+    wait_until(WAIT, "a failed attempt recorded on v1", || async {
+        count(
+            &s.db,
+            "SELECT count(*) FROM courier.outbox WHERE aggregate_id = 'stuck' AND version = 1
+             AND publish_attempts >= 1 AND last_error LIKE 'injected%' AND next_retry_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await?;
+    assert!(
+        !first_arrivals(&s.collector).contains_key("stuck"),
+        "a later version of the failing key was published before v1"
+    );
+    assert_eq!(
+        count(&s.db, "SELECT count(*) FROM courier.outbox WHERE aggregate_id = 'stuck' AND published_at IS NOT NULL").await,
+        0
+    );
+
+    wait_until(WAIT, "the held-back key delivered after recovery", || async {
+        first_arrivals(&s.collector).get("stuck").map(Vec::len) == Some(5)
+    })
+    .await?;
+    assert_eq!(first_arrivals(&s.collector)["stuck"], vec![1, 2, 3, 4, 5]);
+    assert_eq!(failures.load(Ordering::SeqCst), 4, "three injected failures, then success");
+    assert_eq!(
+        count(&s.db, "SELECT publish_attempts::bigint FROM courier.outbox WHERE aggregate_id = 'stuck' AND version = 1").await,
+        4
+    );
+    // Later versions were never tried while v1 failed: no attempt counted against them.
+    assert_eq!(
+        count(&s.db, "SELECT max(publish_attempts)::bigint FROM courier.outbox WHERE aggregate_id = 'stuck' AND version > 1").await,
+        1
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_relay_killed_between_publish_and_mark_republishes_on_restart() -> anyhow::Result<()> {
+    let s = setup(|_| {}).await?;
+    let stalled = Arc::new(AtomicU32::new(0));
+    let flag = stalled.clone();
+    let before_mark: courier::outbox::claimer::BeforeMark = Arc::new(move |_| {
+        flag.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::pending())
+    });
+    let relay = spawn(&s.config, RelayOptions { before_mark: Some(before_mark), ..options() })?;
+    let events: Vec<NewEvent> = (1..=5).map(|v| event(&s.topic, "crashy", v)).collect();
+    commit(&s.db, &s.config, events.clone()).await?;
+    wait_until(WAIT, "events published but not marked", || async {
+        s.collector.distinct_event_ids().len() == 5 && stalled.load(Ordering::SeqCst) >= 1
+    })
+    .await?;
+    assert_eq!(count(&s.db, "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL").await, 5);
+    relay.kill();
+
+    let _restarted = spawn(&s.config, options())?;
+    wait_until(WAIT, "rows marked published by the new relay", || async { all_published(&s.db).await }).await?;
+    wait_until(WAIT, "every event delivered twice", || async { s.collector.len() >= 10 }).await?;
+    let ids = s.collector.distinct_event_ids();
+    for e in &events {
+        assert!(ids.contains(&e.event_id.to_string()), "event {} lost", e.event_id);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_relays_split_the_shards_and_one_takes_over_when_the_other_dies() -> anyhow::Result<()> {
+    let s = setup(|_| {}).await?;
+    let a = spawn(&s.config, options())?;
+    let started = Instant::now();
+    wait_until(WAIT, "relay A owns all 4 shards", || async { a.owned_shards().await.len() == 4 }).await?;
+    let b = spawn(&s.config, options())?;
+    wait_until(WAIT, "A and B own 2 shards each", || async {
+        a.owned_shards().await.len() == 2 && b.owned_shards().await.len() == 2
+    })
+    .await?;
+    let (mut owned_a, owned_b) = (a.owned_shards().await, b.owned_shards().await);
+    owned_a.extend(&owned_b);
+    owned_a.sort_unstable();
+    assert_eq!(owned_a, vec![0, 1, 2, 3], "every shard owned by exactly one relay");
+
+    commit(&s.db, &s.config, (0..40).map(|i| event(&s.topic, &format!("k{i}"), 1)).collect()).await?;
+    b.kill();
+    let killed = Instant::now();
+    wait_until(WAIT, "A takes over B's shards", || async { a.owned_shards().await.len() == 4 }).await?;
+    let takeover = killed.elapsed();
+    let lease = s.config.relay.claim_lease();
+    assert!(takeover <= lease * 2, "takeover took {takeover:?}, lease is {lease:?}");
+    commit(&s.db, &s.config, (40..80).map(|i| event(&s.topic, &format!("k{i}"), 1)).collect()).await?;
+    wait_until(WAIT, "all 80 events delivered and marked", || async {
+        s.collector.distinct_event_ids().len() == 80 && all_published(&s.db).await
+    })
+    .await?;
+    eprintln!("split after {:?}, takeover in {takeover:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify() -> anyhow::Result<()> {
+    // Polling so slow that only NOTIFY can explain a quick publish.
+    let s = setup(|c| {
+        c.relay.poll_min_millis = 600_000;
+        c.relay.poll_max_millis = 600_000;
+    })
+    .await?;
+    let relay = spawn(&s.config, options())?;
+    wait_until(WAIT, "all shards owned and flagged idle", || async {
+        relay.owned_shards().await.len() == 4
+            && count(&s.db, "SELECT count(*) FROM courier.outbox_shard_state WHERE idle").await == 4
+    })
+    .await?;
+    for i in 0..3 {
+        let committed = Instant::now();
+        commit(&s.db, &s.config, vec![event(&s.topic, &format!("quick-{i}"), 1)]).await?;
+        wait_until(Duration::from_secs(1), "event delivered within a second of commit", || async {
+            s.collector.distinct_event_ids().len() > i
+        })
+        .await?;
+        eprintln!("commit → delivered in {:?}", committed.elapsed());
+        // Let the shard go idle again before the next round.
+        wait_until(WAIT, "shards idle again", || async {
+            count(&s.db, "SELECT count(*) FROM courier.outbox_shard_state WHERE idle").await == 4
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() -> anyhow::Result<()> {
+    let s = setup(|c| c.relay.publish_max_attempts = 3).await?;
+    let fault: courier::outbox::publisher::PublishFault =
+        Arc::new(|row| (row.aggregate_id == "doomed").then(|| "injected: always failing".to_string()));
+    let dead_before = counter("outbox_dead_total", None);
+    let _relay = spawn(&s.config, RelayOptions { publish_fault: Some(fault), ..options() })?;
+    commit(&s.db, &s.config, vec![event(&s.topic, "doomed", 1), event(&s.topic, "doomed", 2)]).await?;
+    // A topic that does not exist: NOT_FOUND is permanent, so one attempt is enough.
+    commit(&s.db, &s.config, vec![event("no-such-topic-anywhere", "lost-topic", 1)]).await?;
+    commit(&s.db, &s.config, (0..5).map(|i| event(&s.topic, &format!("fine-{i}"), 1)).collect()).await?;
+
+    wait_until(WAIT, "both failing rows dead", || async {
+        count(&s.db, "SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL").await == 2
+    })
+    .await?;
+    wait_until(WAIT, "other keys delivered", || async {
+        (0..5).all(|i| first_arrivals(&s.collector).contains_key(&format!("fine-{i}")))
+    })
+    .await?;
+    assert_eq!(
+        count(&s.db, "SELECT publish_attempts::bigint FROM courier.outbox WHERE aggregate_id = 'doomed' AND version = 1 AND last_error LIKE 'injected%'").await,
+        3
+    );
+    assert_eq!(
+        count(&s.db, "SELECT publish_attempts::bigint FROM courier.outbox WHERE aggregate_id = 'lost-topic' AND last_error ILIKE '%not%found%'").await,
+        1
+    );
+    // v2 of the dead key waits behind it, untried.
+    assert_eq!(
+        count(&s.db, "SELECT count(*) FROM courier.outbox WHERE aggregate_id = 'doomed' AND version = 2 AND published_at IS NULL AND publish_attempts = 0").await,
+        1
+    );
+    assert!(!first_arrivals(&s.collector).contains_key("doomed"));
+    assert!(counter("outbox_dead_total", None) >= dead_before + 2.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let config = test_config(&db, &pubsub);
+    let outbox = Outbox::new(&config);
+    let mut conn = db.pool.get().await?;
+
+    let tx = conn.transaction().await?;
+    let err = outbox
+        .append_all(&tx, vec![event("valid.topic", "a", 1), event("valid.topic", "", 1)])
+        .await
+        .expect_err("empty aggregate id");
+    assert!(matches!(&err, AppendError::Invalid(e) if e.field == "aggregate_id"), "{err}");
+    assert!(err.to_string().contains("aggregate_id"), "{err}");
+    let err = outbox
+        .append(&tx, event("valid.topic", "a", 0))
+        .await
+        .expect_err("version 0");
+    assert!(matches!(&err, AppendError::Invalid(e) if e.field == "version"), "{err}");
+    let mut huge = event("valid.topic", "a", 1);
+    huge.payload = vec![0; 10_000_001];
+    assert!(matches!(outbox.append(&tx, huge).await, Err(AppendError::Invalid(e)) if e.field == "payload"));
+    let err = outbox
+        .append_all(&tx, vec![event("valid.topic", "a", 1), event("valid.topic", "a", 1)])
+        .await
+        .expect_err("duplicate version");
+    assert!(matches!(err, AppendError::DuplicateVersion { .. }), "{err}");
+    tx.commit().await?;
+    assert_eq!(count(&db, "SELECT count(*) FROM courier.outbox").await, 0);
+
+    // A version already committed is a conflict the caller can map to 409.
+    let tx = conn.transaction().await?;
+    outbox.append(&tx, event("valid.topic", "a", 1)).await?;
+    tx.commit().await?;
+    let tx = conn.transaction().await?;
+    let err = outbox.append(&tx, event("valid.topic", "a", 1)).await.expect_err("conflict");
+    assert!(err.is_conflict() && !err.is_transient(), "{err}");
+    drop(tx);
+    assert_eq!(count(&db, "SELECT count(*) FROM courier.outbox").await, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> anyhow::Result<()> {
+    let s = setup(|_| {}).await?;
+    let restarts_before = counter("courier_actor_restarts_total", Some("shard_owner"));
+    let relay = spawn(&s.config, options())?;
+    wait_until(WAIT, "shards owned", || async { relay.owned_shards().await.len() == 4 }).await?;
+    // Kill the relay's dedicated connections: both actors fail and must come back by themselves.
+    let admin = s.db.client().await?;
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database()
+               AND application_name IN ('courier-shard-locks', 'courier-notify-listener')",
+            &[],
+        )
+        .await?;
+    wait_until(WAIT, "shard owner restarted", || async {
+        counter("courier_actor_restarts_total", Some("shard_owner")) > restarts_before
+    })
+    .await?;
+    wait_until(WAIT, "shards owned again", || async { relay.owned_shards().await.len() == 4 }).await?;
+    commit(&s.db, &s.config, vec![event(&s.topic, "after-restart", 1)]).await?;
+    wait_until(WAIT, "event delivered after restarts", || async { s.collector.len() >= 1 }).await?;
+    drop(relay);
+
+    // A database that is not there: every start fails, the budget runs out, it escalates.
+    let mut broken = s.config.clone();
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    broken.database.url = format!("host=127.0.0.1 port={closed_port} user=postgres dbname=none");
+    broken.database.connect_timeout_secs = 1;
+    let policy = courier::supervision::RestartPolicy {
+        max_restarts: 3,
+        window_secs: 60,
+        initial_delay_millis: 10,
+        max_delay_millis: 50,
+    };
+    broken.supervision.notify_listener = policy;
+    broken.supervision.shard_owner = policy;
+    let (escalate, escalations) = recording_escalations();
+    let _broken = spawn(&broken, RelayOptions { escalate, ..RelayOptions::default() })?;
+    wait_until(WAIT, "both actors escalate", || async {
+        let seen = escalations.lock().map(|e| e.clone()).unwrap_or_default();
+        ["notify_listener", "shard_owner"]
+            .iter()
+            .all(|kind| seen.iter().any(|e| e.actor == *kind && e.restarts_in_window == 4))
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn migrations_apply_once_even_when_run_twice_at_the_same_time() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let (a, b) = tokio::join!(
+        migrate(&db.pool, "second", &[COURIER]),
+        migrate(&db.pool, "second", &[COURIER])
+    );
+    let (a, b) = (a?, b?);
+    assert_eq!(a.applied.len() + b.applied.len(), COURIER.migrations.len());
+    assert_eq!(a.already_applied + b.already_applied, COURIER.migrations.len());
+    let again = migrate(&db.pool, "second", &[COURIER]).await?;
+    assert!(again.applied.is_empty());
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM second.schema_migrations").await,
+        COURIER.migrations.len() as i64
+    );
+    Ok(())
+}
