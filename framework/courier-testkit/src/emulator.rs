@@ -102,7 +102,10 @@ async fn start_emulator() -> anyhow::Result<TestPubSub> {
     let log_dir = std::env::temp_dir().join("courier-emulator-logs");
     std::fs::create_dir_all(&log_dir)?;
     let log = log_dir.join(format!("emulator-{port}.log"));
+    // The watchdog ignores the signals a test runner or `timeout` sends to the whole group,
+    // so it outlives the test process and can stop the emulator.
     let script = r#"
+        trap '' TERM INT HUP
         setsid "$1" --host=127.0.0.1 --port="$2" > "$3" 2>&1 &
         child=$!
         while kill -0 "$4" 2>/dev/null; do sleep 1; done
@@ -127,18 +130,29 @@ async fn start_emulator() -> anyhow::Result<TestPubSub> {
 /// Waits until the emulator answers HTTP on `host`.
 async fn wait_ready(host: &str) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The emulator keeps HTTP connections open whatever the request says: read until the
+    // answer shows up instead of until end of stream.
     let probe = || async {
         let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
         stream
-            .write_all(format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+            .write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
             .await
             .ok()?;
         let mut reply = Vec::new();
-        stream.read_to_end(&mut reply).await.ok()?;
-        String::from_utf8_lossy(&reply).contains("Ok").then_some(())
+        let mut chunk = [0u8; 512];
+        loop {
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&chunk[..n]);
+            if String::from_utf8_lossy(&reply).contains("\r\n\r\nOk") {
+                return Some(());
+            }
+        }
     };
     crate::wait_until(Duration::from_secs(60), &format!("Pub/Sub emulator at {host}"), || async {
-        probe().await.is_some()
+        tokio::time::timeout(Duration::from_secs(2), probe()).await.ok().flatten().is_some()
     })
     .await
 }

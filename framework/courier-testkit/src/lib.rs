@@ -41,3 +41,14 @@ pub fn unique_name(prefix: &str) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
     format!("{prefix}-{}", &id[..12])
 }
+
+/// Sends the framework's logs to the test's output (shown for failing tests); level from
+/// `RUST_LOG`, default `info`. Safe to call from every test.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}

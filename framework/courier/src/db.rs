@@ -10,45 +10,60 @@ use tokio_postgres::{Client, NoTls};
 /// The pool every framework component shares.
 pub type PgPool = bb8::Pool<PostgresConnectionManager<NoTls>>;
 
-/// A database failure with what was being done.
+/// A database failure with what was being done. The message carries the driver's whole error
+/// chain, because tokio-postgres alone says only "db error" for a server error.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error("{context}: no pooled connection: {source}")]
+    #[error("{context}: no pooled connection: {}", chain(error))]
     Pool {
         context: String,
-        source: bb8::RunError<tokio_postgres::Error>,
+        error: bb8::RunError<tokio_postgres::Error>,
     },
-    #[error("{context}: {source}")]
+    #[error("{context}: {}", chain(error))]
     Query {
         context: String,
-        source: tokio_postgres::Error,
+        error: tokio_postgres::Error,
     },
-    #[error("database config is invalid: {0}")]
+    #[error("database config is invalid: {}", chain(.0))]
     Config(tokio_postgres::Error),
+}
+
+/// `error: cause: cause…`, each level once.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl DbError {
     pub fn query(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Self {
         let context = context.into();
-        move |source| DbError::Query { context, source }
+        move |error| DbError::Query { context, error }
     }
 
     pub fn pool(
         context: impl Into<String>,
     ) -> impl FnOnce(bb8::RunError<tokio_postgres::Error>) -> Self {
         let context = context.into();
-        move |source| DbError::Pool { context, source }
+        move |error| DbError::Pool { context, error }
     }
 
     /// True when retrying the same work later can succeed: lost connections, pool timeouts,
     /// serialization failures, deadlocks, the server shutting down or out of resources.
     pub fn is_transient(&self) -> bool {
         match self {
-            DbError::Pool { source, .. } => match source {
+            DbError::Pool { error, .. } => match error {
                 bb8::RunError::TimedOut => true,
                 bb8::RunError::User(e) => is_transient_pg(e),
             },
-            DbError::Query { source, .. } => is_transient_pg(source),
+            DbError::Query { error, .. } => is_transient_pg(error),
             DbError::Config(_) => false,
         }
     }

@@ -41,6 +41,7 @@ struct Setup {
 
 async fn setup(tweak: impl FnOnce(&mut CourierConfig)) -> anyhow::Result<Setup> {
     metrics();
+    courier_testkit::init_logging();
     let db = TestDb::new().await?;
     let pubsub = TestPubSub::get().await?;
     let topic = pubsub.topic("outbox").await?;

@@ -37,8 +37,8 @@ impl AppendError {
     /// The row already exists (same event id, or same aggregate version committed before):
     /// an optimistic-concurrency conflict for the caller.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, AppendError::Db(DbError::Query { source, .. })
-            if source.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION))
+        matches!(self, AppendError::Db(DbError::Query { error, .. })
+            if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION))
     }
 }
 

@@ -23,7 +23,7 @@ use tokio::sync::OnceCell;
 const KEY_PUBLISHER_MAILBOX: usize = 4;
 
 /// How long the client may gather messages into a batch before sending.
-const CLIENT_BATCH_DELAY: Duration = Duration::from_millis(5);
+pub const CLIENT_BATCH_DELAY: Duration = Duration::from_millis(5);
 
 /// What happened to one row.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ WITH beat AS (
     RETURNING instance_id
 ), forget AS (
     DELETE FROM {schema}.relay_instances
-    WHERE heartbeat_at < now() - make_interval(secs => $3 * 20) AND instance_id <> $1
+    WHERE heartbeat_at < now() - make_interval(secs => $3::float8 * 20) AND instance_id <> $1
 )
 SELECT 1 + count(*) FROM {schema}.relay_instances
 WHERE heartbeat_at >= now() - make_interval(secs => $3) AND instance_id <> $1

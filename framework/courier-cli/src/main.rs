@@ -1,0 +1,102 @@
+//! `courier`: the operator's command for a Courier deployment.
+//!
+//! - `migrate` applies the framework's migrations.
+//! - `relay` runs the outbox relay until SIGINT/SIGTERM, then drains in-flight batches.
+//! - `demo` shows the write side end to end: append events, watch them arrive in order.
+
+mod demo;
+mod relay;
+
+use clap::{Parser, Subcommand};
+use courier::CourierConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "courier", version, about = "Transactional outbox → Pub/Sub relay: run, migrate, demo")]
+struct Cli {
+    /// Deployment config (TOML); COURIER_<SECTION>__<KEY> variables and PUBSUB_EMULATOR_HOST
+    /// override its keys.
+    #[arg(long, env = "COURIER_CONFIG", default_value = "deploy/local/courier.toml", global = true)]
+    config: PathBuf,
+    /// Log as JSON lines instead of text (level from RUST_LOG, default info).
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply the framework's migrations to the configured database and schema.
+    #[command(after_help = "Example:\n  courier migrate --config deploy/local/courier.toml")]
+    Migrate,
+    /// Run the outbox relay until SIGINT or SIGTERM.
+    #[command(after_help = "Example:\n  courier relay --migrate --grace-secs 10")]
+    Relay(relay::RelayArgs),
+    /// Append events through the outbox and watch them arrive on a subscription, in order.
+    #[command(after_help = "Example:\n  courier demo --events 2000 --keys 100")]
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_json);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = load_config(&cli.config)?;
+    match cli.command {
+        Command::Migrate => {
+            let applied = migrate(&config).await?;
+            println!("{applied}");
+            Ok(())
+        }
+        Command::Relay(args) => relay::run(config, args).await,
+        Command::Demo(args) => demo::run(config, args).await,
+    }
+}
+
+fn load_config(path: &std::path::Path) -> anyhow::Result<CourierConfig> {
+    use anyhow::Context as _;
+    CourierConfig::load(path).with_context(|| format!("--config {}", path.display()))
+}
+
+/// Applies the framework's migrations and says what it did.
+async fn migrate(config: &CourierConfig) -> anyhow::Result<String> {
+    let pool = courier::db::pool(&config.database, "courier-cli")?;
+    let report =
+        courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER]).await?;
+    Ok(format!(
+        "migrations in schema {}: {} applied now ({}), {} already applied",
+        config.database.schema,
+        report.applied.len(),
+        report.applied.join(", "),
+        report.already_applied
+    ))
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,40 @@
+//! `courier relay`: one relay process; several of them split the shards between them.
+
+use courier::outbox::{Relay, RelayOptions};
+use courier::CourierConfig;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct RelayArgs {
+    /// Apply migrations before starting.
+    #[arg(long)]
+    migrate: bool,
+    /// On SIGINT/SIGTERM, how long to wait for in-flight batches to be marked.
+    #[arg(long, default_value_t = 10)]
+    grace_secs: u64,
+}
+
+pub async fn run(config: CourierConfig, args: RelayArgs) -> anyhow::Result<()> {
+    if let Some(listen) = &config.metrics.listen {
+        courier::metrics::install_prometheus(listen).map_err(anyhow::Error::msg)?;
+    }
+    if args.migrate {
+        tracing::info!("{}", crate::migrate(&config).await?);
+    }
+    let relay = Relay::spawn(&config, RelayOptions::default())?;
+    tracing::info!(instance = %relay.instance_id, "relay running; SIGINT or SIGTERM stops it");
+    shutdown_signal().await?;
+    tracing::info!("stopping: releasing shards and draining in-flight batches");
+    relay.shutdown(Duration::from_secs(args.grace_secs)).await;
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}

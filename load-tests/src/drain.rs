@@ -1,0 +1,209 @@
+//! `drain`: how fast the relay empties a filled outbox into the emulator, against the two
+//! ceilings measured in the same run on the same rows and messages:
+//! - the emulator's raw publish rate through the official client, all messages in flight up to
+//!   a bound, with the same ordering keys and attributes;
+//! - PostgreSQL's raw claim-and-mark: one statement claiming 200 rows `FOR UPDATE SKIP LOCKED`
+//!   and marking them published, no publishing.
+
+use crate::fixtures::{events, fill, progress, set_shards_idle};
+use crate::report::{Rate, Ratio, Report};
+use anyhow::Context as _;
+use courier::outbox::attributes;
+use courier::outbox::publisher::CLIENT_BATCH_DELAY;
+use courier::outbox::{NewEvent, Relay, RelayOptions};
+use courier_testkit::{test_config, TestDb, TestPubSub};
+use futures::stream::{FuturesUnordered, StreamExt};
+use google_cloud_pubsub::model::Message;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct DrainArgs {
+    /// Events in the outbox.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=5_000_000))]
+    events: u64,
+    /// Aggregates (ordering keys) they are spread over.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    keys: u64,
+    /// Outbox shards (one claimer each).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    shards: u32,
+    /// Rows per claim, for the relay and the raw claim-and-mark alike.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    batch: u32,
+    /// Concurrent sessions running the raw claim-and-mark.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    claim_sessions: u32,
+    /// Unacknowledged publishes allowed at once in the raw publish ceiling.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    publish_in_flight: u32,
+    /// Give up on the relay after this long.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+}
+
+pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
+    let pubsub = TestPubSub::get().await?;
+    let relay_topic = pubsub.topic("bench.relay").await?;
+    let raw_topic = pubsub.topic("bench.raw").await?;
+    let events = events(&relay_topic, args.events, args.keys);
+
+    let claim_db = TestDb::new().await?;
+    let mut config = test_config(&claim_db, &pubsub);
+    config.relay.shard_count = args.shards;
+    fill(&claim_db, &config, &events, "rows for claim-and-mark").await?;
+    let claim_and_mark = raw_claim_and_mark(&claim_db, args.batch, args.claim_sessions, events.len() as u64).await?;
+    drop(claim_db);
+
+    let raw_publish = raw_publish(&pubsub, &raw_topic, &events, args.publish_in_flight as usize).await?;
+
+    let relay_db = TestDb::new().await?;
+    let mut config = courier::CourierConfig {
+        database: relay_db.config.clone(),
+        pubsub: pubsub.config(),
+        ..Default::default()
+    };
+    config.relay.shard_count = args.shards;
+    config.relay.claim_batch_size = args.batch;
+    config.database.pool_size = args.shards * 2 + 4;
+    fill(&relay_db, &config, &events, "rows for the relay").await?;
+    set_shards_idle(&relay_db, args.shards, true).await?;
+    let relay = relay_drain(&relay_db, &config, events.len() as u64, args.timeout_secs).await?;
+
+    let ratio = Ratio::to_lowest(
+        "relay / lower ceiling",
+        &relay,
+        &[&raw_publish, &claim_and_mark],
+        0.7,
+    );
+    Ok(Report {
+        benchmark: "drain: relay vs raw ceilings".into(),
+        parameters: vec![
+            ("events".into(), args.events.to_string()),
+            ("keys".into(), args.keys.to_string()),
+            ("shards".into(), args.shards.to_string()),
+            ("batch".into(), args.batch.to_string()),
+            ("claim_sessions".into(), args.claim_sessions.to_string()),
+            ("publish_in_flight".into(), args.publish_in_flight.to_string()),
+        ],
+        rates: vec![raw_publish, claim_and_mark, relay],
+        ratios: vec![ratio],
+    })
+}
+
+/// PostgreSQL's ceiling: `sessions` sessions each repeating one claim-and-mark statement until
+/// nothing is left.
+async fn raw_claim_and_mark(db: &TestDb, batch: u32, sessions: u32, total: u64) -> anyhow::Result<Rate> {
+    const CLAIM_AND_MARK: &str = "
+        WITH claimed AS (
+            SELECT seq FROM courier.outbox
+            WHERE published_at IS NULL AND dead_at IS NULL
+            ORDER BY seq
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED)
+        UPDATE courier.outbox o
+        SET published_at = now(), publish_attempts = o.publish_attempts + 1
+        FROM claimed WHERE o.seq = claimed.seq";
+    let bar = progress(total, "claimed and marked (raw PostgreSQL)");
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..sessions {
+        let client = db.client().await?;
+        let bar = bar.clone();
+        workers.push(tokio::spawn(async move {
+            let statement = client.prepare(CLAIM_AND_MARK).await?;
+            let mut marked = 0u64;
+            loop {
+                let n = client.execute(&statement, &[&i64::from(batch)]).await?;
+                if n == 0 {
+                    return anyhow::Ok(marked);
+                }
+                marked += n;
+                bar.inc(n);
+            }
+        }));
+    }
+    let mut marked = 0;
+    for worker in workers {
+        marked += worker.await.context("claim worker panicked")??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    anyhow::ensure!(marked == total, "raw claim-and-mark marked {marked} of {total} rows");
+    Ok(Rate::new("PostgreSQL raw claim-and-mark", marked, seconds))
+}
+
+/// The emulator's ceiling: the same messages published straight through the official client.
+async fn raw_publish(
+    pubsub: &TestPubSub,
+    topic: &str,
+    events: &[NewEvent],
+    in_flight: usize,
+) -> anyhow::Result<Rate> {
+    let publisher = pubsub.client().publisher(topic, CLIENT_BATCH_DELAY).await?;
+    let messages: Vec<Message> = events
+        .iter()
+        .map(|e| {
+            Message::new()
+                .set_data(e.payload.clone())
+                .set_ordering_key(e.aggregate_id.clone())
+                .set_attributes(attributes::for_event(e))
+        })
+        .collect();
+    let bar = progress(messages.len() as u64, "published (raw client)");
+    let started = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    let mut acknowledged = 0u64;
+    for message in messages {
+        if pending.len() >= in_flight {
+            if let Some(result) = pending.next().await {
+                result.context("raw publish")?;
+                acknowledged += 1;
+                bar.inc(1);
+            }
+        }
+        pending.push(publisher.publish(message));
+    }
+    while let Some(result) = pending.next().await {
+        result.context("raw publish")?;
+        acknowledged += 1;
+        bar.inc(1);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    Ok(Rate::new("emulator raw publish (1 client, ordering keys)", acknowledged, seconds))
+}
+
+/// The relay's rate: start it on the filled outbox and wait until every row is published.
+async fn relay_drain(
+    db: &TestDb,
+    config: &courier::CourierConfig,
+    total: u64,
+    timeout_secs: u64,
+) -> anyhow::Result<Rate> {
+    let conn = db.client().await?;
+    let pending_sql = "SELECT count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL),
+                              count(*) FILTER (WHERE dead_at IS NOT NULL)
+                       FROM courier.outbox";
+    let bar = progress(total, "published by the relay");
+    let started = Instant::now();
+    let relay = Relay::spawn(config, RelayOptions::default())?;
+    let deadline = started + Duration::from_secs(timeout_secs);
+    loop {
+        let row = conn.query_one(pending_sql, &[]).await.context("relay progress")?;
+        let (pending, dead): (i64, i64) = (row.get(0), row.get(1));
+        anyhow::ensure!(dead == 0, "{dead} rows went dead during the drain; see the relay's log");
+        bar.set_position(total.saturating_sub(u64::try_from(pending).unwrap_or(0)));
+        if pending == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the relay left {pending} rows after {timeout_secs} s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    relay.shutdown(Duration::from_secs(5)).await;
+    Ok(Rate::new("relay drain (outbox → emulator)", total, seconds))
+}

@@ -1,0 +1,62 @@
+//! Benchmark data: events spread over keys, written into a fresh database's outbox.
+
+use anyhow::Context as _;
+use courier::outbox::{NewEvent, Outbox};
+use courier::CourierConfig;
+use courier_testkit::TestDb;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// `count` events round-robin over `keys` aggregates (versions 1, 2, … per key), ~200-byte
+/// payloads, all for `topic`.
+pub fn events(topic: &str, count: u64, keys: u64) -> Vec<NewEvent> {
+    (0..count)
+        .map(|i| {
+            let key = format!("video-{:06}", i % keys);
+            let version = i64::try_from(i / keys).unwrap_or(i64::MAX - 1) + 1;
+            let payload = format!("{key}:{version}:{}", "x".repeat(180));
+            NewEvent::new(topic, "video", key, "VideoUpdated", version, payload.into_bytes())
+                .with_source_service("courier-load")
+        })
+        .collect()
+}
+
+/// Writes `events` through the outbox API, 1,000 per transaction.
+pub async fn fill(db: &TestDb, config: &CourierConfig, events: &[NewEvent], what: &str) -> anyhow::Result<()> {
+    let outbox = Outbox::new(config);
+    let bar = progress(events.len() as u64, what);
+    let mut conn = db.pool.get().await.context("fill: connection")?;
+    for chunk in events.chunks(1_000) {
+        let tx = conn.transaction().await.context("fill: begin")?;
+        outbox.append_all(&tx, chunk.to_vec()).await?;
+        tx.commit().await.context("fill: commit")?;
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    conn.batch_execute("VACUUM ANALYZE courier.outbox")
+        .await
+        .context("fill: vacuum")?;
+    Ok(())
+}
+
+/// Marks every shard idle or busy, which decides whether appends send the wake-up NOTIFY.
+pub async fn set_shards_idle(db: &TestDb, shard_count: u32, idle: bool) -> anyhow::Result<()> {
+    let conn = db.pool.get().await.context("shard state: connection")?;
+    conn.execute(
+        "INSERT INTO courier.outbox_shard_state (shard, idle)
+         SELECT g, $2 FROM generate_series(0, $1 - 1) g
+         ON CONFLICT (shard) DO UPDATE SET idle = EXCLUDED.idle",
+        &[&i32::try_from(shard_count)?, &idle],
+    )
+    .await
+    .context("shard state")?;
+    Ok(())
+}
+
+pub fn progress(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let template = format!("{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {what} ({{per_sec}})");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}

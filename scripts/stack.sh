@@ -1,0 +1,75 @@
+# Sourced by the scripts in this folder: brings up the local default stack (PostgreSQL on this
+# machine and the Google Cloud Pub/Sub emulator) and stops, at exit, only what it started.
+
+set -euo pipefail
+
+# Starts the installed PostgreSQL cluster if nothing answers on 127.0.0.1:5432.
+ensure_postgres() {
+    if [[ -n "${DATABASE_URL:-}" ]]; then
+        return
+    fi
+    if pg_isready -q -h 127.0.0.1 -p 5432; then
+        return
+    fi
+    echo "stack: starting PostgreSQL" >&2
+    local version
+    version=$(ls /etc/postgresql | sort -V | tail -1)
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start
+    for _ in $(seq 1 60); do
+        pg_isready -q -h 127.0.0.1 -p 5432 && return
+        sleep 0.5
+    done
+    echo "stack: PostgreSQL did not come up on 127.0.0.1:5432" >&2
+    exit 1
+}
+
+emulator_launcher() {
+    if [[ -n "${COURIER_PUBSUB_EMULATOR:-}" ]]; then
+        echo "$COURIER_PUBSUB_EMULATOR"
+        return
+    fi
+    local relative=platform/pubsub-emulator/bin/cloud-pubsub-emulator
+    if [[ -x "/usr/lib/google-cloud-sdk/$relative" ]]; then
+        echo "/usr/lib/google-cloud-sdk/$relative"
+        return
+    fi
+    local root
+    root=$(gcloud info --format='value(installation.sdk_root)')
+    echo "$root/$relative"
+}
+
+# Uses PUBSUB_EMULATOR_HOST when set; otherwise starts the emulator on a free port, exports
+# PUBSUB_EMULATOR_HOST and stops the emulator when the calling script exits.
+ensure_emulator() {
+    if [[ -n "${PUBSUB_EMULATOR_HOST:-}" ]]; then
+        return
+    fi
+    local launcher port log
+    launcher=$(emulator_launcher)
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    log="${TMPDIR:-/tmp}/courier-emulator-$port.log"
+    echo "stack: starting the Pub/Sub emulator on 127.0.0.1:$port (log: $log)" >&2
+    JAVA_OPTS="${JAVA_OPTS:--Xmx768m}" setsid "$launcher" --host=127.0.0.1 --port="$port" >"$log" 2>&1 &
+    STACK_EMULATOR_PID=$!
+    trap stop_emulator EXIT
+    for _ in $(seq 1 120); do
+        if curl -fsS "http://127.0.0.1:$port/" >/dev/null 2>&1; then
+            export PUBSUB_EMULATOR_HOST="127.0.0.1:$port"
+            return
+        fi
+        sleep 0.5
+    done
+    echo "stack: the emulator did not answer within 60 s; see $log" >&2
+    exit 1
+}
+
+stop_emulator() {
+    if [[ -n "${STACK_EMULATOR_PID:-}" ]]; then
+        kill -- -"$STACK_EMULATOR_PID" 2>/dev/null || true
+        for _ in $(seq 1 20); do
+            kill -0 "$STACK_EMULATOR_PID" 2>/dev/null || return 0
+            sleep 0.25
+        done
+        kill -9 -- -"$STACK_EMULATOR_PID" 2>/dev/null || true
+    fi
+}
