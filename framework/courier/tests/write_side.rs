@@ -445,6 +445,7 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
 async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;
     let restarts_before = counter("courier_actor_restarts_total", Some("shard_owner"));
+    let listener_restarts_before = counter("courier_actor_restarts_total", Some("notify_listener"));
     let relay = spawn(&s.config, options())?;
     wait_until(WAIT, "shards owned", || async { relay.owned_shards().await.len() == 4 }).await?;
     // Kill the relay's dedicated connections: both actors fail and must come back by themselves.
@@ -457,8 +458,9 @@ async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> an
             &[],
         )
         .await?;
-    wait_until(WAIT, "shard owner restarted", || async {
+    wait_until(WAIT, "shard owner and notify listener restarted", || async {
         counter("courier_actor_restarts_total", Some("shard_owner")) > restarts_before
+            && counter("courier_actor_restarts_total", Some("notify_listener")) > listener_restarts_before
     })
     .await?;
     wait_until(WAIT, "shards owned again", || async { relay.owned_shards().await.len() == 4 }).await?;

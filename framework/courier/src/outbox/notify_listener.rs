@@ -50,7 +50,9 @@ impl NotifyListener {
                         let listen = format!("LISTEN \"{channel}\"");
                         let client = Arc::new(client);
                         act.client = Some(client.clone());
-                        ctx.wait(
+                        // spawn, not wait: `wait` would pause the message stream that drives
+                        // the connection, and LISTEN would never complete.
+                        ctx.spawn(
                             async move { client.batch_execute(&listen).await }
                                 .into_actor(act)
                                 .map(|result, act, ctx| match result {

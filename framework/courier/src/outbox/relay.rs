@@ -112,6 +112,9 @@ pub struct RelayHandle {
     pub instance_id: Uuid,
     system: actix::System,
     shard_owner: Addr<ShardOwner>,
+    /// Held so the supervisor keeps restarting the listener: an actix supervisor gives up on
+    /// an actor nobody holds an address of.
+    _listener: Addr<NotifyListener>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -142,6 +145,7 @@ impl Relay {
             instance_id: actors.instance_id,
             system,
             shard_owner: actors.shard_owner,
+            _listener: actors.listener,
             thread: Some(thread),
         })
     }
