@@ -59,7 +59,9 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
     db.pool
         .get()
         .await?
-        .batch_execute("CREATE TABLE public.bench_videos (id text PRIMARY KEY, title text NOT NULL)")
+        .batch_execute(
+            "CREATE TABLE public.bench_videos (id text PRIMARY KEY, title text NOT NULL)",
+        )
         .await
         .context("create the business table")?;
     let outbox = Arc::new(Outbox::new(&config));
@@ -68,8 +70,19 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
     let mut runs: Vec<Rate> = vec![Rate::new("", 0, 0.0); 3];
     for round in 0..args.rounds {
         for (i, variant) in variants.iter().enumerate() {
-            set_shards_idle(&db, config.relay.shard_count, *variant == Variant::RelayIdle).await?;
-            eprintln!("round {}/{}: {} for {} s", round + 1, args.rounds, variant.name(), args.seconds);
+            set_shards_idle(
+                &db,
+                config.relay.shard_count,
+                *variant == Variant::RelayIdle,
+            )
+            .await?;
+            eprintln!(
+                "round {}/{}: {} for {} s",
+                round + 1,
+                args.rounds,
+                variant.name(),
+                args.seconds
+            );
             let rate = measure(&db, &outbox, &config, *variant, round, &args).await?;
             if rate.per_second > best[i] {
                 best[i] = rate.per_second;
@@ -78,14 +91,22 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
         }
     }
     let busy = Ratio::to_lowest("relay busy / plain INSERT", &runs[1], &[&runs[0]], 0.9);
-    let idle = Ratio::to_lowest("relay idle / plain INSERT (informational)", &runs[2], &[&runs[0]], 0.0);
+    let idle = Ratio::to_lowest(
+        "relay idle / plain INSERT (informational)",
+        &runs[2],
+        &[&runs[0]],
+        0.0,
+    );
     Ok(Report {
         benchmark: "append: write path with and without the wake-up NOTIFY".into(),
         parameters: vec![
             ("clients".into(), args.clients.to_string()),
             ("seconds".into(), args.seconds.to_string()),
             ("rounds".into(), args.rounds.to_string()),
-            ("events_per_transaction".into(), "1 (+1 business row)".into()),
+            (
+                "events_per_transaction".into(),
+                "1 (+1 business row)".into(),
+            ),
         ],
         rates: runs,
         ratios: vec![busy, idle],
@@ -113,7 +134,14 @@ async fn measure(
             let mut committed = 0u64;
             while Instant::now() < deadline {
                 let key = format!("v{}-{round}-{client_no}-{committed}", variant as u8);
-                let event = NewEvent::new("bench.append", "video", &key, "VideoCreated", 1, vec![7u8; 200]);
+                let event = NewEvent::new(
+                    "bench.append",
+                    "video",
+                    &key,
+                    "VideoCreated",
+                    1,
+                    vec![7u8; 200],
+                );
                 let tx = client.transaction().await?;
                 tx.execute(&business, &[&key, &"a title"]).await?;
                 if variant == Variant::PlainInsert {
@@ -149,5 +177,9 @@ async fn measure(
     for writer in writers {
         committed += writer.await.context("writer panicked")??;
     }
-    Ok(Rate::new(variant.name(), committed, started.elapsed().as_secs_f64()))
+    Ok(Rate::new(
+        variant.name(),
+        committed,
+        started.elapsed().as_secs_f64(),
+    ))
 }

@@ -51,10 +51,22 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     let mut config = test_config(&claim_db, &pubsub);
     config.relay.shard_count = args.shards;
     fill(&claim_db, &config, &events, "rows for claim-and-mark").await?;
-    let claim_and_mark = raw_claim_and_mark(&claim_db, args.batch, args.claim_sessions, events.len() as u64).await?;
+    let claim_and_mark = raw_claim_and_mark(
+        &claim_db,
+        args.batch,
+        args.claim_sessions,
+        events.len() as u64,
+    )
+    .await?;
     drop(claim_db);
 
-    let raw_publish = raw_publish(&pubsub, &raw_topic, &events, args.publish_in_flight as usize).await?;
+    let raw_publish = raw_publish(
+        &pubsub,
+        &raw_topic,
+        &events,
+        args.publish_in_flight as usize,
+    )
+    .await?;
 
     let relay_db = TestDb::new().await?;
     let mut config = courier::CourierConfig {
@@ -83,7 +95,10 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
             ("shards".into(), args.shards.to_string()),
             ("batch".into(), args.batch.to_string()),
             ("claim_sessions".into(), args.claim_sessions.to_string()),
-            ("publish_in_flight".into(), args.publish_in_flight.to_string()),
+            (
+                "publish_in_flight".into(),
+                args.publish_in_flight.to_string(),
+            ),
         ],
         rates: vec![raw_publish, claim_and_mark, relay],
         ratios: vec![ratio],
@@ -92,7 +107,12 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
 
 /// PostgreSQL's ceiling: `sessions` sessions each repeating one claim-and-mark statement until
 /// nothing is left.
-async fn raw_claim_and_mark(db: &TestDb, batch: u32, sessions: u32, total: u64) -> anyhow::Result<Rate> {
+async fn raw_claim_and_mark(
+    db: &TestDb,
+    batch: u32,
+    sessions: u32,
+    total: u64,
+) -> anyhow::Result<Rate> {
     const CLAIM_AND_MARK: &str = "
         WITH claimed AS (
             SELECT seq FROM courier.outbox
@@ -128,7 +148,10 @@ async fn raw_claim_and_mark(db: &TestDb, batch: u32, sessions: u32, total: u64) 
     }
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    anyhow::ensure!(marked == total, "raw claim-and-mark marked {marked} of {total} rows");
+    anyhow::ensure!(
+        marked == total,
+        "raw claim-and-mark marked {marked} of {total} rows"
+    );
     Ok(Rate::new("PostgreSQL raw claim-and-mark", marked, seconds))
 }
 
@@ -151,7 +174,8 @@ async fn raw_publish(
         .collect();
     let bar = progress(messages.len() as u64, "published (raw client)");
     let started = Instant::now();
-    let mut pending = FuturesUnordered::new();
+    let mut pending: FuturesUnordered<google_cloud_pubsub::publisher::PublishFuture> =
+        FuturesUnordered::new();
     let mut acknowledged = 0u64;
     for message in messages {
         if pending.len() >= in_flight {
@@ -170,7 +194,11 @@ async fn raw_publish(
     }
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    Ok(Rate::new("emulator raw publish (1 client, ordering keys)", acknowledged, seconds))
+    Ok(Rate::new(
+        "emulator raw publish (1 client, ordering keys)",
+        acknowledged,
+        seconds,
+    ))
 }
 
 /// The relay's rate: start it on the filled outbox and wait until every row is published.
@@ -189,9 +217,15 @@ async fn relay_drain(
     let relay = Relay::spawn(config, RelayOptions::default())?;
     let deadline = started + Duration::from_secs(timeout_secs);
     loop {
-        let row = conn.query_one(pending_sql, &[]).await.context("relay progress")?;
+        let row = conn
+            .query_one(pending_sql, &[])
+            .await
+            .context("relay progress")?;
         let (pending, dead): (i64, i64) = (row.get(0), row.get(1));
-        anyhow::ensure!(dead == 0, "{dead} rows went dead during the drain; see the relay's log");
+        anyhow::ensure!(
+            dead == 0,
+            "{dead} rows went dead during the drain; see the relay's log"
+        );
         bar.set_position(total.saturating_sub(u64::try_from(pending).unwrap_or(0)));
         if pending == 0 {
             break;

@@ -14,14 +14,26 @@ pub fn events(topic: &str, count: u64, keys: u64) -> Vec<NewEvent> {
             let key = format!("video-{:06}", i % keys);
             let version = i64::try_from(i / keys).unwrap_or(i64::MAX - 1) + 1;
             let payload = format!("{key}:{version}:{}", "x".repeat(180));
-            NewEvent::new(topic, "video", key, "VideoUpdated", version, payload.into_bytes())
-                .with_source_service("courier-load")
+            NewEvent::new(
+                topic,
+                "video",
+                key,
+                "VideoUpdated",
+                version,
+                payload.into_bytes(),
+            )
+            .with_source_service("courier-load")
         })
         .collect()
 }
 
 /// Writes `events` through the outbox API, 1,000 per transaction.
-pub async fn fill(db: &TestDb, config: &CourierConfig, events: &[NewEvent], what: &str) -> anyhow::Result<()> {
+pub async fn fill(
+    db: &TestDb,
+    config: &CourierConfig,
+    events: &[NewEvent],
+    what: &str,
+) -> anyhow::Result<()> {
     let outbox = Outbox::new(config);
     let bar = progress(events.len() as u64, what);
     let mut conn = db.pool.get().await.context("fill: connection")?;

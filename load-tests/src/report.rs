@@ -14,7 +14,11 @@ pub struct Rate {
 
 impl Rate {
     pub fn new(name: &str, events: u64, seconds: f64) -> Self {
-        let per_second = if seconds > 0.0 { events as f64 / seconds } else { 0.0 };
+        let per_second = if seconds > 0.0 {
+            events as f64 / seconds
+        } else {
+            0.0
+        };
         Self {
             name: name.into(),
             events,
@@ -73,7 +77,11 @@ impl Report {
 
     pub fn to_text(&self) -> String {
         let mut out = format!("{}\n", self.benchmark);
-        let params: Vec<String> = self.parameters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let params: Vec<String> = self
+            .parameters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         out += &format!("  parameters: {}\n", params.join(" "));
         for rate in &self.rates {
             out += &format!(

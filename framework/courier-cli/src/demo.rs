@@ -50,14 +50,22 @@ pub async fn run(config: CourierConfig, args: DemoArgs) -> anyhow::Result<()> {
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let subscription = format!("{}.demo-{run_id}", args.topic);
     provision(&pubsub, &args.topic, &subscription).await?;
-    println!("watching {subscription} (ordered) on project {}", pubsub.project());
+    println!(
+        "watching {subscription} (ordered) on project {}",
+        pubsub.project()
+    );
     let mut arrivals = watch(&pubsub, &subscription).await?;
 
     let relay = Relay::spawn(&config, RelayOptions::default()).context("start the relay")?;
     let started = Instant::now();
     let bars = MultiProgress::new();
     let append_bar = bars.add(progress(u64::from(args.events), "appended"));
-    let writer = tokio::spawn(append_events(config.clone(), run_id, args.clone(), append_bar));
+    let writer = tokio::spawn(append_events(
+        config.clone(),
+        run_id,
+        args.clone(),
+        append_bar,
+    ));
 
     let expected = args.events as usize;
     let bar = bars.add(progress(expected as u64, "arrived"));
@@ -79,7 +87,10 @@ pub async fn run(config: CourierConfig, args: DemoArgs) -> anyhow::Result<()> {
         }
         let last = last_version.entry(arrival.key.clone()).or_insert(0);
         if arrival.version != *last + 1 {
-            out_of_order.push(format!("{}: v{} after v{}", arrival.key, arrival.version, last));
+            out_of_order.push(format!(
+                "{}: v{} after v{}",
+                arrival.key, arrival.version, last
+            ));
         }
         *last = (*last).max(arrival.version);
         latencies.extend(arrival.latency);
@@ -104,7 +115,11 @@ pub async fn run(config: CourierConfig, args: DemoArgs) -> anyhow::Result<()> {
         elapsed.as_secs_f64(),
         seen.len() as f64 / elapsed.as_secs_f64()
     );
-    println!("commit → arrival latency: p50 {}, p99 {}", percentile(0.50), percentile(0.99));
+    println!(
+        "commit → arrival latency: p50 {}, p99 {}",
+        percentile(0.50),
+        percentile(0.99)
+    );
     anyhow::ensure!(
         out_of_order.is_empty(),
         "{} arrivals out of version order, first: {}",
@@ -122,8 +137,13 @@ pub async fn run(config: CourierConfig, args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn provision(pubsub: &PubSub, topic: &str, subscription: &str) -> anyhow::Result<()> {
-    let created = pubsub.ensure_topic(&pubsub.topic_admin().await?, topic).await?;
-    println!("topic {topic}: {}", if created { "created" } else { "exists" });
+    let created = pubsub
+        .ensure_topic(&pubsub.topic_admin().await?, topic)
+        .await?;
+    println!(
+        "topic {topic}: {}",
+        if created { "created" } else { "exists" }
+    );
     pubsub
         .ensure_subscription(
             &pubsub.subscription_admin().await?,
@@ -147,7 +167,10 @@ async fn delete_subscription(pubsub: &PubSub, subscription: &str) {
     }
     .await;
     if let Err(e) = result {
-        tracing::warn!(subscription, "could not delete the demo subscription: {e:#}");
+        tracing::warn!(
+            subscription,
+            "could not delete the demo subscription: {e:#}"
+        );
     }
 }
 
@@ -155,7 +178,9 @@ async fn delete_subscription(pubsub: &PubSub, subscription: &str) {
 /// what arrives. The channel is bounded, so a slow reader slows the stream.
 async fn watch(pubsub: &PubSub, subscription: &str) -> anyhow::Result<mpsc::Receiver<Arrival>> {
     let subscriber = pubsub.subscriber().await?;
-    let mut stream = subscriber.subscribe(pubsub.subscription_path(subscription)).build();
+    let mut stream = subscriber
+        .subscribe(pubsub.subscription_path(subscription))
+        .build();
     let (tx, rx) = mpsc::channel(1_024);
     tokio::spawn(async move {
         let _subscriber = subscriber;
@@ -194,7 +219,13 @@ async fn append_events(
     args: DemoArgs,
     bar: ProgressBar,
 ) -> anyhow::Result<u32> {
-    let DemoArgs { events, keys, per_transaction, topic, .. } = args;
+    let DemoArgs {
+        events,
+        keys,
+        per_transaction,
+        topic,
+        ..
+    } = args;
     let pool = courier::db::pool(&config.database, "courier-demo")?;
     let outbox = Outbox::new(&config);
     let all: Vec<NewEvent> = (0..events)
@@ -202,8 +233,15 @@ async fn append_events(
             let key = format!("video-{run_id}-{:05}", i % keys);
             let version = i64::from(i / keys) + 1;
             let payload = format!(r#"{{"video_id":"{key}","title":"take {version}"}}"#);
-            NewEvent::new(&topic, "video", key, "VideoUpdated", version, payload.into_bytes())
-                .with_source_service("courier-demo")
+            NewEvent::new(
+                &topic,
+                "video",
+                key,
+                "VideoUpdated",
+                version,
+                payload.into_bytes(),
+            )
+            .with_source_service("courier-demo")
         })
         .collect();
     for chunk in all.chunks(per_transaction as usize) {

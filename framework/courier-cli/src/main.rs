@@ -13,11 +13,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "courier", version, about = "Transactional outbox → Pub/Sub relay: run, migrate, demo")]
+#[command(
+    name = "courier",
+    version,
+    about = "Transactional outbox → Pub/Sub relay: run, migrate, demo"
+)]
 struct Cli {
     /// Deployment config (TOML); COURIER_<SECTION>__<KEY> variables and PUBSUB_EMULATOR_HOST
     /// override its keys.
-    #[arg(long, env = "COURIER_CONFIG", default_value = "deploy/local/courier.toml", global = true)]
+    #[arg(
+        long,
+        env = "COURIER_CONFIG",
+        default_value = "deploy/local/courier.toml",
+        global = true
+    )]
     config: PathBuf,
     /// Log as JSON lines instead of text (level from RUST_LOG, default info).
     #[arg(long, global = true)]
@@ -80,7 +89,8 @@ fn load_config(path: &std::path::Path) -> anyhow::Result<CourierConfig> {
 async fn migrate(config: &CourierConfig) -> anyhow::Result<String> {
     let pool = courier::db::pool(&config.database, "courier-cli")?;
     let report =
-        courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER]).await?;
+        courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER])
+            .await?;
     Ok(format!(
         "migrations in schema {}: {} applied now ({}), {} already applied",
         config.database.schema,
@@ -93,7 +103,9 @@ async fn migrate(config: &CourierConfig) -> anyhow::Result<String> {
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

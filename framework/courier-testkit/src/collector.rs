@@ -29,7 +29,9 @@ impl Collector {
     pub async fn start(pubsub: &TestPubSub, subscription: &str) -> anyhow::Result<Self> {
         let client = pubsub.client();
         let subscriber = client.subscriber().await?;
-        let mut stream = subscriber.subscribe(client.subscription_path(subscription)).build();
+        let mut stream = subscriber
+            .subscribe(client.subscription_path(subscription))
+            .build();
         let received = Arc::new(Mutex::new(Vec::new()));
         let sink = received.clone();
         tokio::spawn(async move {

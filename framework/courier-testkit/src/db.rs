@@ -38,7 +38,10 @@ fn with_dbname(config: &tokio_postgres::Config, dbname: &str) -> String {
         parts.push(format!("user={user}"));
     }
     if let Some(password) = config.get_password() {
-        parts.push(format!("password='{}'", String::from_utf8_lossy(password).replace('\'', "\\'")));
+        parts.push(format!(
+            "password='{}'",
+            String::from_utf8_lossy(password).replace('\'', "\\'")
+        ));
     }
     parts.push(format!("dbname={dbname}"));
     parts.join(" ")
@@ -102,7 +105,10 @@ impl Drop for TestDb {
         let server = self.server.clone();
         let name = self.name.clone();
         let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
             runtime.block_on(async {

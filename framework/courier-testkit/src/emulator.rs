@@ -51,7 +51,9 @@ impl TestPubSub {
     pub async fn topic(&self, prefix: &str) -> anyhow::Result<String> {
         let name = crate::unique_name(prefix);
         let pubsub = self.client();
-        pubsub.ensure_topic(&pubsub.topic_admin().await?, &name).await?;
+        pubsub
+            .ensure_topic(&pubsub.topic_admin().await?, &name)
+            .await?;
         Ok(name)
     }
 
@@ -86,12 +88,18 @@ fn emulator_launcher() -> anyhow::Result<PathBuf> {
         .context("the Pub/Sub emulator was not found and gcloud is not installed")?;
     let root = String::from_utf8_lossy(&output.stdout).trim().to_string();
     let path = PathBuf::from(root).join(RELATIVE);
-    anyhow::ensure!(path.exists(), "the Pub/Sub emulator is not installed at {}", path.display());
+    anyhow::ensure!(
+        path.exists(),
+        "the Pub/Sub emulator is not installed at {}",
+        path.display()
+    );
     Ok(path)
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// Starts the emulator under a watchdog shell that stops it (its whole process group) when
@@ -135,7 +143,9 @@ async fn wait_ready(host: &str) -> anyhow::Result<()> {
     let probe = || async {
         let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
         stream
-            .write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+            .write_all(
+                format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
             .await
             .ok()?;
         let mut reply = Vec::new();
@@ -151,8 +161,16 @@ async fn wait_ready(host: &str) -> anyhow::Result<()> {
             }
         }
     };
-    crate::wait_until(Duration::from_secs(60), &format!("Pub/Sub emulator at {host}"), || async {
-        tokio::time::timeout(Duration::from_secs(2), probe()).await.ok().flatten().is_some()
-    })
+    crate::wait_until(
+        Duration::from_secs(60),
+        &format!("Pub/Sub emulator at {host}"),
+        || async {
+            tokio::time::timeout(Duration::from_secs(2), probe())
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        },
+    )
     .await
 }

@@ -3,7 +3,11 @@ use std::time::Duration;
 
 /// Polls `condition` every 50 ms until it returns true, failing with `what` after `timeout`.
 /// A condition that itself hangs is cut off at the deadline too.
-pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut condition: F) -> anyhow::Result<()>
+pub async fn wait_until<F, Fut>(
+    timeout: Duration,
+    what: &str,
+    mut condition: F,
+) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,

@@ -357,7 +357,10 @@ mod tests {
         .expect("valid");
         assert_eq!(config.relay.shard_count, 16);
         assert_eq!(config.database.schema, "catalog");
-        assert_eq!(config.pubsub.emulator_host.as_deref(), Some("127.0.0.1:8085"));
+        assert_eq!(
+            config.pubsub.emulator_host.as_deref(),
+            Some("127.0.0.1:8085")
+        );
     }
 
     #[test]
@@ -374,7 +377,10 @@ mod tests {
     fn bad_values_name_their_key() {
         for (toml, key) in [
             ("[relay]\nshard_count = 0\n", "relay.shard_count"),
-            ("[relay]\nclaim_batch_size = 5000\n", "relay.claim_batch_size"),
+            (
+                "[relay]\nclaim_batch_size = 5000\n",
+                "relay.claim_batch_size",
+            ),
             ("[database]\nschema = \"Bad-Name\"\n", "database.schema"),
             (
                 "[supervision.claimer]\nmax_restarts = 0\n",

@@ -90,7 +90,10 @@ pub fn is_transient_pg(error: &tokio_postgres::Error) -> bool {
     }
 }
 
-fn pg_config(config: &DatabaseConfig, application: &str) -> Result<tokio_postgres::Config, DbError> {
+fn pg_config(
+    config: &DatabaseConfig,
+    application: &str,
+) -> Result<tokio_postgres::Config, DbError> {
     let mut pg: tokio_postgres::Config = config.url.parse().map_err(DbError::Config)?;
     pg.application_name(application);
     pg.connect_timeout(Duration::from_secs(config.connect_timeout_secs));

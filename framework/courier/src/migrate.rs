@@ -69,7 +69,8 @@ pub async fn migrate(
     }
     let mut conn = pool.get().await.map_err(DbError::pool("migrate"))?;
     // Serialize migrators of this schema across processes; the key is derived from the name.
-    let lock_key = i64::from_ne_bytes(stable_hash(&format!("courier-migrate:{schema}")).to_ne_bytes());
+    let lock_key =
+        i64::from_ne_bytes(stable_hash(&format!("courier-migrate:{schema}")).to_ne_bytes());
     conn.execute("SELECT pg_advisory_lock($1)", &[&lock_key])
         .await
         .map_err(DbError::query("take migration lock"))?;
@@ -126,9 +127,15 @@ async fn apply_all(
                 report.already_applied += 1;
                 continue;
             }
-            tx.batch_execute(&format!("SET LOCAL search_path TO {schema}; {}", migration.sql))
-                .await
-                .map_err(DbError::query(format!("apply migration {}", migration.name)))?;
+            tx.batch_execute(&format!(
+                "SET LOCAL search_path TO {schema}; {}",
+                migration.sql
+            ))
+            .await
+            .map_err(DbError::query(format!(
+                "apply migration {}",
+                migration.name
+            )))?;
             tx.execute(
                 &format!(
                     "INSERT INTO {schema}.schema_migrations (migration_set, version, name, checksum)
@@ -138,11 +145,14 @@ async fn apply_all(
             )
             .await
             .map_err(DbError::query("record migration"))?;
-            tx.commit()
-                .await
-                .map_err(DbError::query(format!("commit migration {}", migration.name)))?;
+            tx.commit().await.map_err(DbError::query(format!(
+                "commit migration {}",
+                migration.name
+            )))?;
             tracing::info!(schema, migration = migration.name, "migration applied");
-            report.applied.push(format!("{}/{}", set.set, migration.name));
+            report
+                .applied
+                .push(format!("{}/{}", set.set, migration.name));
         }
     }
     Ok(report)

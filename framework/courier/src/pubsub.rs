@@ -72,7 +72,9 @@ macro_rules! configure {
         match &$self.config.emulator_host {
             Some(host) => builder
                 .with_endpoint(format!("http://{host}"))
-                .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build()),
+                .with_credentials(
+                    google_cloud_auth::credentials::anonymous::Builder::new().build(),
+                ),
             None => builder,
         }
     }};
@@ -92,12 +94,19 @@ impl PubSub {
     }
 
     pub fn subscription_path(&self, subscription_id: &str) -> String {
-        format!("projects/{}/subscriptions/{subscription_id}", self.config.project)
+        format!(
+            "projects/{}/subscriptions/{subscription_id}",
+            self.config.project
+        )
     }
 
     /// A batching publisher for one topic. `delay` bounds how long a message waits for its
     /// batch to fill.
-    pub async fn publisher(&self, topic_id: &str, delay: Duration) -> Result<Publisher, PubSubError> {
+    pub async fn publisher(
+        &self,
+        topic_id: &str,
+        delay: Duration,
+    ) -> Result<Publisher, PubSubError> {
         configure!(self, Publisher::builder(self.topic_path(topic_id)))
             .set_delay_threshold(delay)
             .build()
@@ -139,8 +148,17 @@ impl PubSub {
     }
 
     /// Creates the topic unless it exists. Returns whether it was created.
-    pub async fn ensure_topic(&self, admin: &TopicAdmin, topic_id: &str) -> Result<bool, PubSubError> {
-        match admin.create_topic().set_name(self.topic_path(topic_id)).send().await {
+    pub async fn ensure_topic(
+        &self,
+        admin: &TopicAdmin,
+        topic_id: &str,
+    ) -> Result<bool, PubSubError> {
+        match admin
+            .create_topic()
+            .set_name(self.topic_path(topic_id))
+            .send()
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if status_is(&e, Code::AlreadyExists) => Ok(false),
             Err(source) => Err(PubSubError::Rpc {

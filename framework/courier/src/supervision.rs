@@ -227,7 +227,10 @@ mod tests {
     fn old_restarts_leave_the_window() {
         let mut tracker = RestartTracker::new(policy(2));
         let t0 = Instant::now();
-        assert!(matches!(tracker.on_restart(t0), RestartDecision::Restart { .. }));
+        assert!(matches!(
+            tracker.on_restart(t0),
+            RestartDecision::Restart { .. }
+        ));
         assert!(matches!(
             tracker.on_restart(t0 + Duration::from_secs(1)),
             RestartDecision::Restart { .. }

@@ -72,7 +72,14 @@ fn options() -> RelayOptions {
 }
 
 fn event(topic: &str, key: &str, version: i64) -> NewEvent {
-    NewEvent::new(topic, "video", key, "VideoChanged", version, format!("{key}:{version}").into_bytes())
+    NewEvent::new(
+        topic,
+        "video",
+        key,
+        "VideoChanged",
+        version,
+        format!("{key}:{version}").into_bytes(),
+    )
 }
 
 /// Appends `events` in one committed transaction.
@@ -86,13 +93,22 @@ async fn commit(db: &TestDb, config: &CourierConfig, events: Vec<NewEvent>) -> a
 
 async fn count(db: &TestDb, sql: &str) -> i64 {
     match db.pool.get().await {
-        Ok(conn) => conn.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1),
+        Ok(conn) => conn
+            .query_one(sql, &[])
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(-1),
         Err(_) => -1,
     }
 }
 
 async fn all_published(db: &TestDb) -> bool {
-    count(db, "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL").await == 0
+    count(
+        db,
+        "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
+    )
+    .await
+        == 0
 }
 
 /// For each key, the versions in order of first arrival.
@@ -100,9 +116,15 @@ fn first_arrivals(collector: &Collector) -> HashMap<String, Vec<i64>> {
     let mut seen = std::collections::HashSet::new();
     let mut order: HashMap<String, Vec<i64>> = HashMap::new();
     for r in collector.all() {
-        let version: i64 = r.attribute("version").and_then(|v| v.parse().ok()).unwrap_or(-1);
+        let version: i64 = r
+            .attribute("version")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1);
         if seen.insert((r.ordering_key.clone(), version)) {
-            order.entry(r.ordering_key.clone()).or_default().push(version);
+            order
+                .entry(r.ordering_key.clone())
+                .or_default()
+                .push(version);
         }
     }
     order
@@ -115,7 +137,8 @@ fn spawn(config: &CourierConfig, options: RelayOptions) -> anyhow::Result<RelayH
 const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
-async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do() -> anyhow::Result<()> {
+async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do(
+) -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;
     let _relay = spawn(&s.config, options())?;
     let committed: Vec<NewEvent> = (1..=3)
@@ -130,7 +153,10 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do()
         let mut conn = s.db.pool.get().await?;
         let tx = conn.transaction().await?;
         Outbox::new(&s.config)
-            .append_all(&tx, vec![event(&s.topic, "video-2", 1), event(&s.topic, "video-2", 2)])
+            .append_all(
+                &tx,
+                vec![event(&s.topic, "video-2", 1), event(&s.topic, "video-2", 2)],
+            )
             .await?;
         tx.rollback().await?;
     }
@@ -144,7 +170,10 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do()
 
     assert_eq!(count(&s.db, "SELECT count(*) FROM courier.outbox").await, 4);
     let received = s.collector.all();
-    assert!(received.iter().all(|r| r.ordering_key != "video-2"), "rolled-back events were published");
+    assert!(
+        received.iter().all(|r| r.ordering_key != "video-2"),
+        "rolled-back events were published"
+    );
     for sent in &committed {
         let got = received
             .iter()
@@ -155,12 +184,18 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do()
         assert_eq!(got.attribute("event_type"), Some("VideoChanged"));
         assert_eq!(got.attribute("aggregate_id"), Some("video-1"));
         assert_eq!(got.attribute("aggregate_type"), Some("video"));
-        assert_eq!(got.attribute("version"), Some(sent.version.to_string().as_str()));
+        assert_eq!(
+            got.attribute("version"),
+            Some(sent.version.to_string().as_str())
+        );
         assert_eq!(got.attribute("schema_version"), Some("1"));
         assert_eq!(got.attribute("correlation_id"), Some("corr-1"));
         assert_eq!(got.attribute("source_service"), Some("catalog"));
         let occurred = got.attribute("occurred_at").expect("occurred_at");
-        assert!(chrono::DateTime::parse_from_rfc3339(occurred).is_ok(), "{occurred}");
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(occurred).is_ok(),
+            "{occurred}"
+        );
         assert_eq!(got.attribute("causation_id"), None);
     }
     assert_eq!(first_arrivals(&s.collector)["video-1"], vec![1, 2, 3]);
@@ -168,7 +203,8 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do()
 }
 
 #[tokio::test]
-async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_order() -> anyhow::Result<()> {
+async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_order(
+) -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;
     let _relay = spawn(&s.config, options())?;
     let writers: Vec<_> = (0..10)
@@ -201,7 +237,11 @@ async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_or
     let arrivals = first_arrivals(&s.collector);
     assert_eq!(arrivals.len(), 50);
     for (key, versions) in arrivals {
-        assert_eq!(versions, (1..=20).collect::<Vec<_>>(), "key {key} out of order");
+        assert_eq!(
+            versions,
+            (1..=20).collect::<Vec<_>>(),
+            "key {key} out of order"
+        );
     }
     Ok(())
 }
@@ -212,7 +252,9 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
     let failures = Arc::new(AtomicU32::new(0));
     let counter = failures.clone();
     let fault: courier::outbox::publisher::PublishFault = Arc::new(move |row| {
-        (row.aggregate_id == "stuck" && row.version == 1 && counter.fetch_add(1, Ordering::SeqCst) < 3)
+        (row.aggregate_id == "stuck"
+            && row.version == 1
+            && counter.fetch_add(1, Ordering::SeqCst) < 3)
             .then(|| "injected: broker unavailable".to_string())
     });
     let config = RelayOptions {
@@ -224,8 +266,20 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
     relay_config.relay.retry_base_millis = 1_000;
     relay_config.relay.retry_cap_millis = 1_000;
     let _relay = spawn(&relay_config, config)?;
-    commit(&s.db, &s.config, (1..=5).map(|v| event(&s.topic, "stuck", v)).collect()).await?;
-    commit(&s.db, &s.config, (0..5).map(|i| event(&s.topic, &format!("free-{i}"), 1)).collect()).await?;
+    commit(
+        &s.db,
+        &s.config,
+        (1..=5).map(|v| event(&s.topic, "stuck", v)).collect(),
+    )
+    .await?;
+    commit(
+        &s.db,
+        &s.config,
+        (0..5)
+            .map(|i| event(&s.topic, &format!("free-{i}"), 1))
+            .collect(),
+    )
+    .await?;
 
     wait_until(WAIT, "other keys delivered while v1 fails", || async {
         (0..5).all(|i| first_arrivals(&s.collector).contains_key(&format!("free-{i}")))
@@ -250,12 +304,18 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
         0
     );
 
-    wait_until(WAIT, "the held-back key delivered after recovery", || async {
-        first_arrivals(&s.collector).get("stuck").map(Vec::len) == Some(5)
-    })
+    wait_until(
+        WAIT,
+        "the held-back key delivered after recovery",
+        || async { first_arrivals(&s.collector).get("stuck").map(Vec::len) == Some(5) },
+    )
     .await?;
     assert_eq!(first_arrivals(&s.collector)["stuck"], vec![1, 2, 3, 4, 5]);
-    assert_eq!(failures.load(Ordering::SeqCst), 4, "three injected failures, then success");
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        4,
+        "three injected failures, then success"
+    );
     assert_eq!(
         count(&s.db, "SELECT publish_attempts::bigint FROM courier.outbox WHERE aggregate_id = 'stuck' AND version = 1").await,
         4
@@ -277,32 +337,59 @@ async fn a_relay_killed_between_publish_and_mark_republishes_on_restart() -> any
         flag.fetch_add(1, Ordering::SeqCst);
         Box::pin(std::future::pending())
     });
-    let relay = spawn(&s.config, RelayOptions { before_mark: Some(before_mark), ..options() })?;
+    let relay = spawn(
+        &s.config,
+        RelayOptions {
+            before_mark: Some(before_mark),
+            ..options()
+        },
+    )?;
     let events: Vec<NewEvent> = (1..=5).map(|v| event(&s.topic, "crashy", v)).collect();
     commit(&s.db, &s.config, events.clone()).await?;
     wait_until(WAIT, "events published but not marked", || async {
         s.collector.distinct_event_ids().len() == 5 && stalled.load(Ordering::SeqCst) >= 1
     })
     .await?;
-    assert_eq!(count(&s.db, "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL").await, 5);
+    assert_eq!(
+        count(
+            &s.db,
+            "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL"
+        )
+        .await,
+        5
+    );
     relay.kill();
 
     let _restarted = spawn(&s.config, options())?;
-    wait_until(WAIT, "rows marked published by the new relay", || async { all_published(&s.db).await }).await?;
-    wait_until(WAIT, "every event delivered twice", || async { s.collector.len() >= 10 }).await?;
+    wait_until(WAIT, "rows marked published by the new relay", || async {
+        all_published(&s.db).await
+    })
+    .await?;
+    wait_until(WAIT, "every event delivered twice", || async {
+        s.collector.len() >= 10
+    })
+    .await?;
     let ids = s.collector.distinct_event_ids();
     for e in &events {
-        assert!(ids.contains(&e.event_id.to_string()), "event {} lost", e.event_id);
+        assert!(
+            ids.contains(&e.event_id.to_string()),
+            "event {} lost",
+            e.event_id
+        );
     }
     Ok(())
 }
 
 #[tokio::test]
-async fn two_relays_split_the_shards_and_one_takes_over_when_the_other_dies() -> anyhow::Result<()> {
+async fn two_relays_split_the_shards_and_one_takes_over_when_the_other_dies() -> anyhow::Result<()>
+{
     let s = setup(|_| {}).await?;
     let a = spawn(&s.config, options())?;
     let started = Instant::now();
-    wait_until(WAIT, "relay A owns all 4 shards", || async { a.owned_shards().await.len() == 4 }).await?;
+    wait_until(WAIT, "relay A owns all 4 shards", || async {
+        a.owned_shards().await.len() == 4
+    })
+    .await?;
     let b = spawn(&s.config, options())?;
     wait_until(WAIT, "A and B own 2 shards each", || async {
         a.owned_shards().await.len() == 2 && b.owned_shards().await.len() == 2
@@ -311,26 +398,54 @@ async fn two_relays_split_the_shards_and_one_takes_over_when_the_other_dies() ->
     let (mut owned_a, owned_b) = (a.owned_shards().await, b.owned_shards().await);
     owned_a.extend(&owned_b);
     owned_a.sort_unstable();
-    assert_eq!(owned_a, vec![0, 1, 2, 3], "every shard owned by exactly one relay");
+    assert_eq!(
+        owned_a,
+        vec![0, 1, 2, 3],
+        "every shard owned by exactly one relay"
+    );
 
-    commit(&s.db, &s.config, (0..40).map(|i| event(&s.topic, &format!("k{i}"), 1)).collect()).await?;
+    commit(
+        &s.db,
+        &s.config,
+        (0..40)
+            .map(|i| event(&s.topic, &format!("k{i}"), 1))
+            .collect(),
+    )
+    .await?;
     b.kill();
     let killed = Instant::now();
-    wait_until(WAIT, "A takes over B's shards", || async { a.owned_shards().await.len() == 4 }).await?;
+    wait_until(WAIT, "A takes over B's shards", || async {
+        a.owned_shards().await.len() == 4
+    })
+    .await?;
     let takeover = killed.elapsed();
     let lease = s.config.relay.claim_lease();
-    assert!(takeover <= lease * 2, "takeover took {takeover:?}, lease is {lease:?}");
-    commit(&s.db, &s.config, (40..80).map(|i| event(&s.topic, &format!("k{i}"), 1)).collect()).await?;
+    assert!(
+        takeover <= lease * 2,
+        "takeover took {takeover:?}, lease is {lease:?}"
+    );
+    commit(
+        &s.db,
+        &s.config,
+        (40..80)
+            .map(|i| event(&s.topic, &format!("k{i}"), 1))
+            .collect(),
+    )
+    .await?;
     wait_until(WAIT, "all 80 events delivered and marked", || async {
         s.collector.distinct_event_ids().len() == 80 && all_published(&s.db).await
     })
     .await?;
-    eprintln!("split after {:?}, takeover in {takeover:?}", started.elapsed());
+    eprintln!(
+        "split after {:?}, takeover in {takeover:?}",
+        started.elapsed()
+    );
     Ok(())
 }
 
 #[tokio::test]
-async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify() -> anyhow::Result<()> {
+async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
+) -> anyhow::Result<()> {
     // Polling so slow that only NOTIFY can explain a quick publish.
     let s = setup(|c| {
         c.relay.poll_min_millis = 600_000;
@@ -340,20 +455,37 @@ async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
     let relay = spawn(&s.config, options())?;
     wait_until(WAIT, "all shards owned and flagged idle", || async {
         relay.owned_shards().await.len() == 4
-            && count(&s.db, "SELECT count(*) FROM courier.outbox_shard_state WHERE idle").await == 4
+            && count(
+                &s.db,
+                "SELECT count(*) FROM courier.outbox_shard_state WHERE idle",
+            )
+            .await
+                == 4
     })
     .await?;
     for i in 0..3 {
         let committed = Instant::now();
-        commit(&s.db, &s.config, vec![event(&s.topic, &format!("quick-{i}"), 1)]).await?;
-        wait_until(Duration::from_secs(1), "event delivered within a second of commit", || async {
-            s.collector.distinct_event_ids().len() > i
-        })
+        commit(
+            &s.db,
+            &s.config,
+            vec![event(&s.topic, &format!("quick-{i}"), 1)],
+        )
+        .await?;
+        wait_until(
+            Duration::from_secs(1),
+            "event delivered within a second of commit",
+            || async { s.collector.distinct_event_ids().len() > i },
+        )
         .await?;
         eprintln!("commit → delivered in {:?}", committed.elapsed());
         // Let the shard go idle again before the next round.
         wait_until(WAIT, "shards idle again", || async {
-            count(&s.db, "SELECT count(*) FROM courier.outbox_shard_state WHERE idle").await == 4
+            count(
+                &s.db,
+                "SELECT count(*) FROM courier.outbox_shard_state WHERE idle",
+            )
+            .await
+                == 4
         })
         .await?;
     }
@@ -361,19 +493,49 @@ async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
 }
 
 #[tokio::test]
-async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() -> anyhow::Result<()> {
+async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() -> anyhow::Result<()>
+{
     let s = setup(|c| c.relay.publish_max_attempts = 3).await?;
-    let fault: courier::outbox::publisher::PublishFault =
-        Arc::new(|row| (row.aggregate_id == "doomed").then(|| "injected: always failing".to_string()));
+    let fault: courier::outbox::publisher::PublishFault = Arc::new(|row| {
+        (row.aggregate_id == "doomed").then(|| "injected: always failing".to_string())
+    });
     let dead_before = counter("outbox_dead_total", None);
-    let _relay = spawn(&s.config, RelayOptions { publish_fault: Some(fault), ..options() })?;
-    commit(&s.db, &s.config, vec![event(&s.topic, "doomed", 1), event(&s.topic, "doomed", 2)]).await?;
+    let _relay = spawn(
+        &s.config,
+        RelayOptions {
+            publish_fault: Some(fault),
+            ..options()
+        },
+    )?;
+    commit(
+        &s.db,
+        &s.config,
+        vec![event(&s.topic, "doomed", 1), event(&s.topic, "doomed", 2)],
+    )
+    .await?;
     // A topic that does not exist: NOT_FOUND is permanent, so one attempt is enough.
-    commit(&s.db, &s.config, vec![event("no-such-topic-anywhere", "lost-topic", 1)]).await?;
-    commit(&s.db, &s.config, (0..5).map(|i| event(&s.topic, &format!("fine-{i}"), 1)).collect()).await?;
+    commit(
+        &s.db,
+        &s.config,
+        vec![event("no-such-topic-anywhere", "lost-topic", 1)],
+    )
+    .await?;
+    commit(
+        &s.db,
+        &s.config,
+        (0..5)
+            .map(|i| event(&s.topic, &format!("fine-{i}"), 1))
+            .collect(),
+    )
+    .await?;
 
     wait_until(WAIT, "both failing rows dead", || async {
-        count(&s.db, "SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL").await == 2
+        count(
+            &s.db,
+            "SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL",
+        )
+        .await
+            == 2
     })
     .await?;
     wait_until(WAIT, "other keys delivered", || async {
@@ -408,21 +570,35 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
 
     let tx = conn.transaction().await?;
     let err = outbox
-        .append_all(&tx, vec![event("valid.topic", "a", 1), event("valid.topic", "", 1)])
+        .append_all(
+            &tx,
+            vec![event("valid.topic", "a", 1), event("valid.topic", "", 1)],
+        )
         .await
         .expect_err("empty aggregate id");
-    assert!(matches!(&err, AppendError::Invalid(e) if e.field == "aggregate_id"), "{err}");
+    assert!(
+        matches!(&err, AppendError::Invalid(e) if e.field == "aggregate_id"),
+        "{err}"
+    );
     assert!(err.to_string().contains("aggregate_id"), "{err}");
     let err = outbox
         .append(&tx, event("valid.topic", "a", 0))
         .await
         .expect_err("version 0");
-    assert!(matches!(&err, AppendError::Invalid(e) if e.field == "version"), "{err}");
+    assert!(
+        matches!(&err, AppendError::Invalid(e) if e.field == "version"),
+        "{err}"
+    );
     let mut huge = event("valid.topic", "a", 1);
     huge.payload = vec![0; 10_000_001];
-    assert!(matches!(outbox.append(&tx, huge).await, Err(AppendError::Invalid(e)) if e.field == "payload"));
+    assert!(
+        matches!(outbox.append(&tx, huge).await, Err(AppendError::Invalid(e)) if e.field == "payload")
+    );
     let err = outbox
-        .append_all(&tx, vec![event("valid.topic", "a", 1), event("valid.topic", "a", 1)])
+        .append_all(
+            &tx,
+            vec![event("valid.topic", "a", 1), event("valid.topic", "a", 1)],
+        )
         .await
         .expect_err("duplicate version");
     assert!(matches!(err, AppendError::DuplicateVersion { .. }), "{err}");
@@ -434,7 +610,10 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
     outbox.append(&tx, event("valid.topic", "a", 1)).await?;
     tx.commit().await?;
     let tx = conn.transaction().await?;
-    let err = outbox.append(&tx, event("valid.topic", "a", 1)).await.expect_err("conflict");
+    let err = outbox
+        .append(&tx, event("valid.topic", "a", 1))
+        .await
+        .expect_err("conflict");
     assert!(err.is_conflict() && !err.is_transient(), "{err}");
     drop(tx);
     assert_eq!(count(&db, "SELECT count(*) FROM courier.outbox").await, 1);
@@ -447,7 +626,10 @@ async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> an
     let restarts_before = counter("courier_actor_restarts_total", Some("shard_owner"));
     let listener_restarts_before = counter("courier_actor_restarts_total", Some("notify_listener"));
     let relay = spawn(&s.config, options())?;
-    wait_until(WAIT, "shards owned", || async { relay.owned_shards().await.len() == 4 }).await?;
+    wait_until(WAIT, "shards owned", || async {
+        relay.owned_shards().await.len() == 4
+    })
+    .await?;
     // Kill the relay's dedicated connections: both actors fail and must come back by themselves.
     let admin = s.db.client().await?;
     admin
@@ -458,19 +640,32 @@ async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> an
             &[],
         )
         .await?;
-    wait_until(WAIT, "shard owner and notify listener restarted", || async {
-        counter("courier_actor_restarts_total", Some("shard_owner")) > restarts_before
-            && counter("courier_actor_restarts_total", Some("notify_listener")) > listener_restarts_before
+    wait_until(
+        WAIT,
+        "shard owner and notify listener restarted",
+        || async {
+            counter("courier_actor_restarts_total", Some("shard_owner")) > restarts_before
+                && counter("courier_actor_restarts_total", Some("notify_listener"))
+                    > listener_restarts_before
+        },
+    )
+    .await?;
+    wait_until(WAIT, "shards owned again", || async {
+        relay.owned_shards().await.len() == 4
     })
     .await?;
-    wait_until(WAIT, "shards owned again", || async { relay.owned_shards().await.len() == 4 }).await?;
     commit(&s.db, &s.config, vec![event(&s.topic, "after-restart", 1)]).await?;
-    wait_until(WAIT, "event delivered after restarts", || async { s.collector.len() >= 1 }).await?;
+    wait_until(WAIT, "event delivered after restarts", || async {
+        !s.collector.is_empty()
+    })
+    .await?;
     drop(relay);
 
     // A database that is not there: every start fails, the budget runs out, it escalates.
     let mut broken = s.config.clone();
-    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     broken.database.url = format!("host=127.0.0.1 port={closed_port} user=postgres dbname=none");
     broken.database.connect_timeout_secs = 1;
     let policy = courier::supervision::RestartPolicy {
@@ -482,12 +677,19 @@ async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> an
     broken.supervision.notify_listener = policy;
     broken.supervision.shard_owner = policy;
     let (escalate, escalations) = recording_escalations();
-    let _broken = spawn(&broken, RelayOptions { escalate, ..RelayOptions::default() })?;
+    let _broken = spawn(
+        &broken,
+        RelayOptions {
+            escalate,
+            ..RelayOptions::default()
+        },
+    )?;
     wait_until(WAIT, "both actors escalate", || async {
         let seen = escalations.lock().map(|e| e.clone()).unwrap_or_default();
-        ["notify_listener", "shard_owner"]
-            .iter()
-            .all(|kind| seen.iter().any(|e| e.actor == *kind && e.restarts_in_window == 4))
+        ["notify_listener", "shard_owner"].iter().all(|kind| {
+            seen.iter()
+                .any(|e| e.actor == *kind && e.restarts_in_window == 4)
+        })
     })
     .await?;
     Ok(())
@@ -502,7 +704,10 @@ async fn migrations_apply_once_even_when_run_twice_at_the_same_time() -> anyhow:
     );
     let (a, b) = (a?, b?);
     assert_eq!(a.applied.len() + b.applied.len(), COURIER.migrations.len());
-    assert_eq!(a.already_applied + b.already_applied, COURIER.migrations.len());
+    assert_eq!(
+        a.already_applied + b.already_applied,
+        COURIER.migrations.len()
+    );
     let again = migrate(&db.pool, "second", &[COURIER]).await?;
     assert!(again.applied.is_empty());
     assert_eq!(

@@ -76,7 +76,11 @@ impl Outbox {
     }
 
     /// Appends one event in `tx`.
-    pub async fn append(&self, tx: &Transaction<'_>, event: NewEvent) -> Result<Appended, AppendError> {
+    pub async fn append(
+        &self,
+        tx: &Transaction<'_>,
+        event: NewEvent,
+    ) -> Result<Appended, AppendError> {
         let mut appended = self.append_all(tx, vec![event]).await?;
         Ok(appended.remove(0))
     }

@@ -52,12 +52,22 @@ pub fn build<'a>(
         (EVENT_ID.to_string(), fields.event_id.to_string()),
         (EVENT_TYPE.to_string(), fields.event_type.to_string()),
         (AGGREGATE_ID.to_string(), fields.aggregate_id.to_string()),
-        (AGGREGATE_TYPE.to_string(), fields.aggregate_type.to_string()),
+        (
+            AGGREGATE_TYPE.to_string(),
+            fields.aggregate_type.to_string(),
+        ),
         (VERSION.to_string(), fields.version.to_string()),
         (OCCURRED_AT.to_string(), format_time(fields.occurred_at)),
-        (SCHEMA_VERSION.to_string(), fields.schema_version.to_string()),
+        (
+            SCHEMA_VERSION.to_string(),
+            fields.schema_version.to_string(),
+        ),
     ]);
-    attributes.extend(optional.into_iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    attributes.extend(
+        optional
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     attributes
 }
 

@@ -279,7 +279,11 @@ impl RecordContext {
         for outcome in outcomes {
             match outcome {
                 PublishOutcome::Published { seq, .. } => published.push(seq),
-                PublishOutcome::Failed { seq, error, permanent } => failed.push((seq, error, permanent)),
+                PublishOutcome::Failed {
+                    seq,
+                    error,
+                    permanent,
+                } => failed.push((seq, error, permanent)),
                 PublishOutcome::NotTried { seq } => not_tried.push(seq),
             }
         }
@@ -414,10 +418,19 @@ mod tests {
 
     #[test]
     fn groups_keep_claim_order_and_sort_versions() {
-        let groups = group_by_key(vec![row(1, "b", 2), row(2, "a", 1), row(3, "b", 1), row(4, "a", 2)]);
+        let groups = group_by_key(vec![
+            row(1, "b", 2),
+            row(2, "a", 1),
+            row(3, "b", 1),
+            row(4, "a", 2),
+        ]);
         let shape: Vec<Vec<(String, i64)>> = groups
             .iter()
-            .map(|g| g.iter().map(|r| (r.aggregate_id.clone(), r.version)).collect())
+            .map(|g| {
+                g.iter()
+                    .map(|r| (r.aggregate_id.clone(), r.version))
+                    .collect()
+            })
             .collect();
         assert_eq!(
             shape,

@@ -115,7 +115,10 @@ impl NewEvent {
             }
         }
         if self.version < 1 {
-            return invalid("version", format!("must be at least 1, got {}", self.version));
+            return invalid(
+                "version",
+                format!("must be at least 1, got {}", self.version),
+            );
         }
         if self.schema_version < 1 {
             return invalid(
@@ -126,7 +129,10 @@ impl NewEvent {
         let attributes = crate::outbox::attributes::for_event(self);
         for (key, value) in &attributes {
             if key.len() > MAX_ATTRIBUTE_KEY_BYTES {
-                return invalid("attributes", format!("key {key} exceeds {MAX_ATTRIBUTE_KEY_BYTES} bytes"));
+                return invalid(
+                    "attributes",
+                    format!("key {key} exceeds {MAX_ATTRIBUTE_KEY_BYTES} bytes"),
+                );
             }
             if value.len() > MAX_ATTRIBUTE_VALUE_BYTES {
                 return invalid(
@@ -184,7 +190,9 @@ pub fn check_topic_id(topic: &str) -> Result<(), String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || "-_.~+%".contains(*c)))
     {
-        return Err(format!("{topic:?} contains {c:?}; allowed are letters, digits and -_.~+%"));
+        return Err(format!(
+            "{topic:?} contains {c:?}; allowed are letters, digits and -_.~+%"
+        ));
     }
     Ok(())
 }
@@ -202,7 +210,14 @@ mod tests {
     use super::*;
 
     fn event() -> NewEvent {
-        NewEvent::new("catalog.video.events", "video", "v-1", "VideoCreated", 1, vec![1, 2, 3])
+        NewEvent::new(
+            "catalog.video.events",
+            "video",
+            "v-1",
+            "VideoCreated",
+            1,
+            vec![1, 2, 3],
+        )
     }
 
     #[test]
@@ -213,18 +228,84 @@ mod tests {
     #[test]
     fn each_rule_names_its_field() {
         let cases: Vec<(NewEvent, &str)> = vec![
-            (NewEvent { aggregate_id: " ".into(), ..event() }, "aggregate_id"),
-            (NewEvent { aggregate_type: String::new(), ..event() }, "aggregate_type"),
-            (NewEvent { event_type: String::new(), ..event() }, "event_type"),
-            (NewEvent { version: 0, ..event() }, "version"),
-            (NewEvent { schema_version: 0, ..event() }, "schema_version"),
-            (NewEvent { topic: "ab".into(), ..event() }, "topic"),
-            (NewEvent { topic: "9topic".into(), ..event() }, "topic"),
-            (NewEvent { topic: "googthings".into(), ..event() }, "topic"),
-            (NewEvent { topic: "bad/topic".into(), ..event() }, "topic"),
-            (NewEvent { aggregate_id: "k".repeat(1025), ..event() }, "aggregate_id"),
+            (
+                NewEvent {
+                    aggregate_id: " ".into(),
+                    ..event()
+                },
+                "aggregate_id",
+            ),
+            (
+                NewEvent {
+                    aggregate_type: String::new(),
+                    ..event()
+                },
+                "aggregate_type",
+            ),
+            (
+                NewEvent {
+                    event_type: String::new(),
+                    ..event()
+                },
+                "event_type",
+            ),
+            (
+                NewEvent {
+                    version: 0,
+                    ..event()
+                },
+                "version",
+            ),
+            (
+                NewEvent {
+                    schema_version: 0,
+                    ..event()
+                },
+                "schema_version",
+            ),
+            (
+                NewEvent {
+                    topic: "ab".into(),
+                    ..event()
+                },
+                "topic",
+            ),
+            (
+                NewEvent {
+                    topic: "9topic".into(),
+                    ..event()
+                },
+                "topic",
+            ),
+            (
+                NewEvent {
+                    topic: "googthings".into(),
+                    ..event()
+                },
+                "topic",
+            ),
+            (
+                NewEvent {
+                    topic: "bad/topic".into(),
+                    ..event()
+                },
+                "topic",
+            ),
+            (
+                NewEvent {
+                    aggregate_id: "k".repeat(1025),
+                    ..event()
+                },
+                "aggregate_id",
+            ),
             (event().with_trace_id("t".repeat(2000)), "trace_id"),
-            (NewEvent { payload: vec![0; MAX_MESSAGE_BYTES], ..event() }, "payload"),
+            (
+                NewEvent {
+                    payload: vec![0; MAX_MESSAGE_BYTES],
+                    ..event()
+                },
+                "payload",
+            ),
         ];
         for (event, field) in cases {
             let err = event.validate().expect_err(field);

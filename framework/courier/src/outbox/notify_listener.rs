@@ -23,7 +23,12 @@ pub struct NotifyListener {
 }
 
 impl NotifyListener {
-    pub fn new(db: DatabaseConfig, channel: String, target: Recipient<WakeShard>, supervision: Supervision) -> Self {
+    pub fn new(
+        db: DatabaseConfig,
+        channel: String,
+        target: Recipient<WakeShard>,
+        supervision: Supervision,
+    ) -> Self {
         Self {
             db,
             channel,
@@ -101,7 +106,11 @@ impl Supervised for NotifyListener {
 }
 
 impl StreamHandler<Result<AsyncMessage, tokio_postgres::Error>> for NotifyListener {
-    fn handle(&mut self, item: Result<AsyncMessage, tokio_postgres::Error>, ctx: &mut Self::Context) {
+    fn handle(
+        &mut self,
+        item: Result<AsyncMessage, tokio_postgres::Error>,
+        ctx: &mut Self::Context,
+    ) {
         match item {
             Ok(AsyncMessage::Notification(n)) => {
                 let shard = n.payload().parse::<u32>().ok();

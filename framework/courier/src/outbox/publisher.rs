@@ -28,10 +28,19 @@ pub const CLIENT_BATCH_DELAY: Duration = Duration::from_millis(5);
 /// What happened to one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublishOutcome {
-    Published { seq: i64, message_id: String },
-    Failed { seq: i64, error: String, permanent: bool },
+    Published {
+        seq: i64,
+        message_id: String,
+    },
+    Failed {
+        seq: i64,
+        error: String,
+        permanent: bool,
+    },
     /// Not attempted (or attempted after an earlier row of its key failed): give it back.
-    NotTried { seq: i64 },
+    NotTried {
+        seq: i64,
+    },
 }
 
 /// An injected failure for a row, for fault tests: `Some(error)` fails that publish.

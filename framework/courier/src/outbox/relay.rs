@@ -82,7 +82,8 @@ pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActor
         config.supervision.shard_owner,
         options.escalate.clone(),
     );
-    let shard_owner = Supervisor::start(move |_| ShardOwner::new(instance_id, parts, owner_supervision));
+    let shard_owner =
+        Supervisor::start(move |_| ShardOwner::new(instance_id, parts, owner_supervision));
     let target = shard_owner.clone().recipient();
     let listener_config = config.clone();
     let escalate = options.escalate.clone();

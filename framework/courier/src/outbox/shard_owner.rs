@@ -73,8 +73,9 @@ pub struct ShardOwner {
 impl ShardOwner {
     pub fn new(instance_id: Uuid, parts: ClaimerParts, supervision: Supervision) -> Self {
         let schema = &parts.config.database.schema;
-        let lock_namespace =
-            i32::from_ne_bytes(((stable_hash(&format!("courier-shard:{schema}")) >> 32) as u32).to_ne_bytes());
+        let lock_namespace = i32::from_ne_bytes(
+            ((stable_hash(&format!("courier-shard:{schema}")) >> 32) as u32).to_ne_bytes(),
+        );
         Self {
             instance_id,
             parts,
@@ -130,7 +131,12 @@ impl ShardOwner {
         let store = self.parts.store.clone();
         let instance = self.instance_id;
         let owned: Vec<u32> = self.owned.keys().copied().collect();
-        let busy: BTreeSet<u32> = self.owned.keys().chain(self.releasing.iter()).copied().collect();
+        let busy: BTreeSet<u32> = self
+            .owned
+            .keys()
+            .chain(self.releasing.iter())
+            .copied()
+            .collect();
         let shard_count = self.parts.relay.shard_count;
         let lease = self.parts.relay.claim_lease();
         let namespace = self.lock_namespace;
@@ -218,12 +224,19 @@ impl ShardOwner {
         ctx.spawn(
             async move {
                 // Dropping the address after this send lets the supervisor end for good.
-                let _ = addr.send(StopClaiming { drained: drained_tx }).await;
+                let _ = addr
+                    .send(StopClaiming {
+                        drained: drained_tx,
+                    })
+                    .await;
                 drop(addr);
                 let _ = drained_rx.await;
                 if let Some(client) = client {
                     client
-                        .execute("SELECT pg_advisory_unlock($1, $2)", &[&namespace, &(shard as i32)])
+                        .execute(
+                            "SELECT pg_advisory_unlock($1, $2)",
+                            &[&namespace, &(shard as i32)],
+                        )
                         .await
                         .map_err(DbError::query(format!("unlock shard {shard}")))?;
                 }
@@ -257,7 +270,9 @@ impl ShardOwner {
 /// shard 0 first.
 fn shard_order(instance: Uuid, shard_count: u32) -> Vec<u32> {
     let start = (stable_hash(&instance.to_string()) % u64::from(shard_count.max(1))) as u32;
-    (0..shard_count).map(|i| (start + i) % shard_count).collect()
+    (0..shard_count)
+        .map(|i| (start + i) % shard_count)
+        .collect()
 }
 
 async fn sample_backlog(store: &OutboxStore) {
@@ -265,8 +280,10 @@ async fn sample_backlog(store: &OutboxStore) {
         Ok(b) => {
             metrics::gauge!(crate::metrics::OUTBOX_PENDING_COUNT).set(b.pending as f64);
             metrics::gauge!(crate::metrics::OUTBOX_DEAD_COUNT).set(b.dead as f64);
-            metrics::gauge!(crate::metrics::OUTBOX_MAX_DELIVERY_ATTEMPTS).set(f64::from(b.max_attempts));
-            metrics::gauge!(crate::metrics::OUTBOX_OLDEST_PENDING_SECONDS).set(b.oldest_pending_secs);
+            metrics::gauge!(crate::metrics::OUTBOX_MAX_DELIVERY_ATTEMPTS)
+                .set(f64::from(b.max_attempts));
+            metrics::gauge!(crate::metrics::OUTBOX_OLDEST_PENDING_SECONDS)
+                .set(b.oldest_pending_secs);
         }
         Err(e) => tracing::warn!(error = %e, "could not sample outbox backlog"),
     }

@@ -78,9 +78,14 @@ impl OutboxStore {
     async fn conn(
         &self,
         context: &str,
-    ) -> Result<bb8::PooledConnection<'_, bb8_postgres::PostgresConnectionManager<tokio_postgres::NoTls>>, DbError>
-    {
-        self.pool.get().await.map_err(DbError::pool(context.to_string()))
+    ) -> Result<
+        bb8::PooledConnection<'_, bb8_postgres::PostgresConnectionManager<tokio_postgres::NoTls>>,
+        DbError,
+    > {
+        self.pool
+            .get()
+            .await
+            .map_err(DbError::pool(context.to_string()))
     }
 
     /// Claims up to `limit` rows of `shard` for `token`, in claim order.
@@ -96,7 +101,12 @@ impl OutboxStore {
         let rows = conn
             .query(
                 &self.claim,
-                &[&shard_param(shard), &token, &lease.as_secs_f64(), &i64::from(limit)],
+                &[
+                    &shard_param(shard),
+                    &token,
+                    &lease.as_secs_f64(),
+                    &i64::from(limit),
+                ],
             )
             .await
             .map_err(DbError::query(context))?;
@@ -148,9 +158,12 @@ impl OutboxStore {
         let dead: Vec<bool> = failed.iter().map(|f| f.dead).collect();
         let context = format!("record {} failed publishes", failed.len());
         let conn = self.conn(&context).await?;
-        conn.execute(&self.mark_failed, &[&seqs, &errors, &retry_at, &dead, &token])
-            .await
-            .map_err(DbError::query(context))
+        conn.execute(
+            &self.mark_failed,
+            &[&seqs, &errors, &retry_at, &dead, &token],
+        )
+        .await
+        .map_err(DbError::query(context))
     }
 
     /// Releases `seqs` without counting an attempt.
@@ -185,7 +198,10 @@ impl OutboxStore {
         let owned: Vec<i32> = owned.iter().map(|s| shard_param(*s)).collect();
         let conn = self.conn("relay heartbeat").await?;
         let row = conn
-            .query_one(&self.heartbeat, &[&instance, &owned, &alive_within.as_secs_f64()])
+            .query_one(
+                &self.heartbeat,
+                &[&instance, &owned, &alive_within.as_secs_f64()],
+            )
             .await
             .map_err(DbError::query("relay heartbeat"))?;
         Ok(u32::try_from(row.get::<_, i64>(0)).unwrap_or(1).max(1))
