@@ -228,28 +228,24 @@ async fn append_events(
     } = args;
     let pool = courier::db::pool(&config.database, "courier-demo")?;
     let outbox = Outbox::new(&config);
-    let all: Vec<NewEvent> = (0..events)
-        .map(|i| {
-            let key = format!("video-{run_id}-{:05}", i % keys);
-            let version = i64::from(i / keys) + 1;
-            let payload = format!(r#"{{"video_id":"{key}","title":"take {version}"}}"#);
-            NewEvent::new(
-                &topic,
-                "video",
-                key,
-                "VideoUpdated",
-                version,
-                payload.into_bytes(),
-            )
+    let event = |i: u32| {
+        let key = format!("video-{run_id}-{:05}", i % keys);
+        let version = i64::from(i / keys) + 1;
+        let payload = format!(r#"{{"video_id":"{key}","title":"take {version}"}}"#);
+        NewEvent::new(&topic, "video", key, "VideoUpdated", version, payload.into_bytes())
             .with_source_service("courier-demo")
-        })
-        .collect();
-    for chunk in all.chunks(per_transaction as usize) {
+    };
+    let mut next = 0;
+    while next < events {
+        let end = (next + per_transaction).min(events);
+        // Built just before the commit, so occurred_at measures commit → arrival.
+        let chunk: Vec<NewEvent> = (next..end).map(event).collect();
         let mut conn = pool.get().await.context("database connection")?;
         let tx = conn.transaction().await.context("begin")?;
-        outbox.append_all(&tx, chunk.to_vec()).await?;
+        outbox.append_all(&tx, chunk).await?;
         tx.commit().await.context("commit")?;
-        bar.inc(chunk.len() as u64);
+        bar.inc(u64::from(end - next));
+        next = end;
     }
     bar.finish();
     Ok(events)

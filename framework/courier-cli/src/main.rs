@@ -28,7 +28,7 @@ struct Cli {
         global = true
     )]
     config: PathBuf,
-    /// Log as JSON lines instead of text (level from RUST_LOG, default info).
+    /// Log as JSON lines instead of text (level from RUST_LOG; default info, warn for demo).
     #[arg(long, global = true)]
     log_json: bool,
     #[command(subcommand)]
@@ -50,7 +50,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_json);
+    // The demo's own output tells the story; the relay's info logs would bury it.
+    let default_level = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
+    init_logging(cli.log_json, default_level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -91,18 +96,20 @@ async fn migrate(config: &CourierConfig) -> anyhow::Result<String> {
     let report =
         courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER])
             .await?;
+    let applied = if report.applied.is_empty() {
+        "none to apply".to_string()
+    } else {
+        format!("applied {}", report.applied.join(", "))
+    };
     Ok(format!(
-        "migrations in schema {}: {} applied now ({}), {} already applied",
-        config.database.schema,
-        report.applied.len(),
-        report.applied.join(", "),
-        report.already_applied
+        "migrations in schema {}: {applied}; {} were already applied",
+        config.database.schema, report.already_applied
     ))
 }
 
-fn init_logging(json: bool) {
+fn init_logging(json: bool, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -223,12 +223,11 @@ impl ShardOwner {
         let namespace = self.lock_namespace;
         ctx.spawn(
             async move {
-                // Dropping the address after this send lets the supervisor end for good.
-                let _ = addr
-                    .send(StopClaiming {
-                        drained: drained_tx,
-                    })
-                    .await;
+                // The claimer stops itself once drained. No address may outlive that moment,
+                // or its supervisor would restart it: send without waiting, then drop.
+                addr.do_send(StopClaiming {
+                    drained: drained_tx,
+                });
                 drop(addr);
                 let _ = drained_rx.await;
                 if let Some(client) = client {
