@@ -384,6 +384,9 @@ async fn a_relay_killed_between_publish_and_mark_republishes_on_restart() -> any
 async fn two_relays_split_the_shards_and_one_takes_over_when_the_other_dies() -> anyhow::Result<()>
 {
     let s = setup(|_| {}).await?;
+    // Claimers restart only on database errors, which no test of this binary causes on the
+    // pool; a released shard's claimer must stay stopped, not come back under its supervisor.
+    let claimer_restarts = counter("courier_actor_restarts_total", Some("\"claimer\""));
     let a = spawn(&s.config, options())?;
     let started = Instant::now();
     wait_until(WAIT, "relay A owns all 4 shards", || async {
@@ -436,6 +439,11 @@ async fn two_relays_split_the_shards_and_one_takes_over_when_the_other_dies() ->
         s.collector.distinct_event_ids().len() == 80 && all_published(&s.db).await
     })
     .await?;
+    assert_eq!(
+        counter("courier_actor_restarts_total", Some("\"claimer\"")),
+        claimer_restarts,
+        "a released shard's claimer was restarted"
+    );
     eprintln!(
         "split after {:?}, takeover in {takeover:?}",
         started.elapsed()
