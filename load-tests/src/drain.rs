@@ -105,10 +105,12 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     })
 }
 
-/// PostgreSQL's ceiling: `sessions` sessions each repeating one claim-and-mark statement until
-/// nothing is left.
+/// PostgreSQL's ceiling: `sessions` sessions, each owning every `sessions`-th shard, repeating
+/// one claim-and-mark statement per shard (the relay's index, no head-of-line check, no
+/// publishing) until their shards are empty.
 async fn raw_claim_and_mark(
     db: &TestDb,
+    shards: u32,
     batch: u32,
     sessions: u32,
     total: u64,
@@ -116,7 +118,7 @@ async fn raw_claim_and_mark(
     const CLAIM_AND_MARK: &str = "
         WITH claimed AS (
             SELECT seq FROM courier.outbox
-            WHERE published_at IS NULL AND dead_at IS NULL
+            WHERE shard = $2 AND published_at IS NULL AND dead_at IS NULL
             ORDER BY seq
             LIMIT $1
             FOR UPDATE SKIP LOCKED)
@@ -126,20 +128,31 @@ async fn raw_claim_and_mark(
     let bar = progress(total, "claimed and marked (raw PostgreSQL)");
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..sessions {
+    for session in 0..sessions {
         let client = db.client().await?;
         let bar = bar.clone();
+        let mut mine: Vec<i32> = (session..shards)
+            .step_by(sessions as usize)
+            .map(|s| s as i32)
+            .collect();
         workers.push(tokio::spawn(async move {
             let statement = client.prepare(CLAIM_AND_MARK).await?;
             let mut marked = 0u64;
-            loop {
-                let n = client.execute(&statement, &[&i64::from(batch)]).await?;
-                if n == 0 {
-                    return anyhow::Ok(marked);
+            while !mine.is_empty() {
+                let mut still_busy = Vec::with_capacity(mine.len());
+                for shard in mine {
+                    let n = client
+                        .execute(&statement, &[&i64::from(batch), &shard])
+                        .await?;
+                    if n > 0 {
+                        still_busy.push(shard);
+                    }
+                    marked += n;
+                    bar.inc(n);
                 }
-                marked += n;
-                bar.inc(n);
+                mine = still_busy;
             }
+            anyhow::Ok(marked)
         }));
     }
     let mut marked = 0;

@@ -232,8 +232,15 @@ async fn append_events(
         let key = format!("video-{run_id}-{:05}", i % keys);
         let version = i64::from(i / keys) + 1;
         let payload = format!(r#"{{"video_id":"{key}","title":"take {version}"}}"#);
-        NewEvent::new(&topic, "video", key, "VideoUpdated", version, payload.into_bytes())
-            .with_source_service("courier-demo")
+        NewEvent::new(
+            &topic,
+            "video",
+            key,
+            "VideoUpdated",
+            version,
+            payload.into_bytes(),
+        )
+        .with_source_service("courier-demo")
     };
     let mut next = 0;
     while next < events {

@@ -8,11 +8,16 @@ use std::process::Command;
 async fn the_demo_delivers_every_event_in_order_with_the_local_config() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let pubsub = TestPubSub::get().await?;
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/local/courier.toml");
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/local/courier.toml"
+    );
     let topic = courier_testkit::unique_name("demo.events");
     let output = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_courier"))
-            .args(["--config", config, "demo", "--events", "300", "--keys", "30", "--topic", &topic])
+            .args([
+                "--config", config, "demo", "--events", "300", "--keys", "30", "--topic", &topic,
+            ])
             .env("COURIER_DATABASE__URL", &db.config.url)
             .env("COURIER_METRICS__LISTEN", "127.0.0.1:0")
             .env("PUBSUB_EMULATOR_HOST", &pubsub.host)
@@ -23,7 +28,10 @@ async fn the_demo_delivers_every_event_in_order_with_the_local_config() -> anyho
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "demo failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("300 arrived"), "{stdout}");
-    assert!(stdout.contains("every event arrived, each key in version order"), "{stdout}");
+    assert!(
+        stdout.contains("every event arrived, each key in version order"),
+        "{stdout}"
+    );
     Ok(())
 }
 

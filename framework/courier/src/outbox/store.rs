@@ -6,6 +6,9 @@ use chrono::{DateTime, Utc};
 use std::time::Duration;
 use uuid::Uuid;
 
+/// How many candidate rows per claimed row a claim may look at before giving up for now.
+const CLAIM_WINDOW_FACTOR: i64 = 4;
+
 /// A claimed outbox row: everything the publisher needs, so it looks nothing up again.
 #[derive(Debug, Clone)]
 pub struct ClaimedRow {
@@ -88,7 +91,8 @@ impl OutboxStore {
             .map_err(DbError::pool(context.to_string()))
     }
 
-    /// Claims up to `limit` rows of `shard` for `token`, in claim order.
+    /// Claims up to `limit` rows of `shard` for `token`, in claim order, choosing among the
+    /// first `limit × CLAIM_WINDOW_FACTOR` candidates (see queries/claim.sql).
     pub async fn claim(
         &self,
         shard: u32,
@@ -106,6 +110,7 @@ impl OutboxStore {
                     &token,
                     &lease.as_secs_f64(),
                     &i64::from(limit),
+                    &(i64::from(limit) * CLAIM_WINDOW_FACTOR),
                 ],
             )
             .await

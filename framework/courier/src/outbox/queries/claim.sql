@@ -1,10 +1,15 @@
--- Claims up to $4 rows of shard $1 for the owner whose lock token is $2.
+-- Claims up to $4 rows of shard $1 for the owner whose lock token is $2, in append order.
 -- A row is claimable when it is unpublished, not dead, due, and either unclaimed or claimed by
 -- another (earlier) owner whose lease of $3 seconds has expired.
--- Head of line: a row is skipped while its key has an earlier unpublished version that is
--- dead, waiting for a retry, or held by a live claim, so no version overtakes an earlier one.
-WITH claimable AS (
-    SELECT o.seq
+--
+-- Head of line: no version may overtake an earlier unpublished one of its key.
+-- * Rows behind a parked row (dead, or waiting for its retry) are skipped while choosing
+--   candidates, so a parked key never stalls the shard.
+-- * Of the first $5 candidates, rows behind a row held by a live claim are left for later:
+--   the window bounds the work when every key of the shard is already in flight.
+-- Both checks probe outbox_blocking, which holds only claimed, retrying and dead rows.
+WITH candidates AS (
+    SELECT o.seq, o.aggregate_id, o.version
     FROM {schema}.outbox o
     WHERE o.shard = $1
       AND o.published_at IS NULL
@@ -15,16 +20,31 @@ WITH claimable AS (
       AND NOT EXISTS (
           SELECT 1
           FROM {schema}.outbox e
-          WHERE e.aggregate_id = o.aggregate_id
-            AND e.published_at IS NULL
+          WHERE e.shard = $1
+            AND e.aggregate_id = o.aggregate_id
             AND e.version < o.version
-            AND (e.dead_at IS NOT NULL
-                 OR e.next_retry_at > now()
-                 OR (e.lock_token IS NOT NULL
-                     AND (e.lock_token = $2 OR e.locked_at >= now() - make_interval(secs => $3)))))
+            AND e.published_at IS NULL
+            AND (e.lock_token IS NOT NULL OR e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
+            AND (e.dead_at IS NOT NULL OR e.next_retry_at > now()))
+    ORDER BY o.seq
+    LIMIT $5
+), claimable AS (
+    SELECT o.seq
+    FROM {schema}.outbox o
+    JOIN candidates c ON c.seq = o.seq
+    WHERE NOT EXISTS (
+          SELECT 1
+          FROM {schema}.outbox e
+          WHERE e.shard = $1
+            AND e.aggregate_id = c.aggregate_id
+            AND e.version < c.version
+            AND e.published_at IS NULL
+            AND (e.lock_token IS NOT NULL OR e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
+            AND e.lock_token IS NOT NULL
+            AND (e.lock_token = $2 OR e.locked_at >= now() - make_interval(secs => $3)))
     ORDER BY o.seq
     LIMIT $4
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF o SKIP LOCKED
 )
 UPDATE {schema}.outbox o
 SET lock_token = $2, locked_at = now()
