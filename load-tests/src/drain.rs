@@ -53,6 +53,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     fill(&claim_db, &config, &events, "rows for claim-and-mark").await?;
     let claim_and_mark = raw_claim_and_mark(
         &claim_db,
+        args.shards,
         args.batch,
         args.claim_sessions,
         events.len() as u64,

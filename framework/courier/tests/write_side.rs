@@ -329,6 +329,65 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
 }
 
 #[tokio::test]
+async fn a_failure_deep_in_a_key_with_overlapping_batches_keeps_the_key_in_order(
+) -> anyhow::Result<()> {
+    // Small batches, several in flight: one key's versions span many batches that publish at
+    // the same time, so a failure in the middle must hold back rows already claimed behind it.
+    let s = setup(|c| {
+        c.relay.claim_batch_size = 5;
+        c.relay.max_in_flight_batches = 4;
+        c.relay.retry_base_millis = 200;
+        c.relay.retry_cap_millis = 200;
+    })
+    .await?;
+    let failures = Arc::new(AtomicU32::new(0));
+    let counter = failures.clone();
+    let fault: courier::outbox::publisher::PublishFault = Arc::new(move |row| {
+        (row.aggregate_id == "deep"
+            && row.version == 23
+            && counter.fetch_add(1, Ordering::SeqCst) < 2)
+            .then(|| "injected: transient".to_string())
+    });
+    let _relay = spawn(
+        &s.config,
+        RelayOptions {
+            publish_fault: Some(fault),
+            ..options()
+        },
+    )?;
+    let mut events: Vec<NewEvent> = (1..=60).map(|v| event(&s.topic, "deep", v)).collect();
+    for v in 1..=3 {
+        events.extend((0..20).map(|k| event(&s.topic, &format!("wide-{k}"), v)));
+    }
+    commit(&s.db, &s.config, events).await?;
+    wait_until(
+        Duration::from_secs(60),
+        "120 events delivered and marked",
+        || async { s.collector.distinct_event_ids().len() == 120 && all_published(&s.db).await },
+    )
+    .await?;
+    let arrivals = first_arrivals(&s.collector);
+    assert_eq!(
+        arrivals["deep"],
+        (1..=60).collect::<Vec<_>>(),
+        "deep key out of order"
+    );
+    for k in 0..20 {
+        assert_eq!(arrivals[&format!("wide-{k}")], vec![1, 2, 3]);
+    }
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        3,
+        "two injected failures, then success"
+    );
+    assert_eq!(
+        count(&s.db, "SELECT publish_attempts::bigint FROM courier.outbox WHERE aggregate_id = 'deep' AND version = 23").await,
+        3
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_relay_killed_between_publish_and_mark_republishes_on_restart() -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;
     let stalled = Arc::new(AtomicU32::new(0));

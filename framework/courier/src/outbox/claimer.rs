@@ -9,7 +9,7 @@
 //! claimable when their lease expires, and its late marks no longer match.
 
 use crate::config::RelayConfig;
-use crate::outbox::publisher::{PublishOutcome, Publishers};
+use crate::outbox::publisher::{PublishOutcome, PublisherKey, Publishers};
 use crate::outbox::store::{ClaimedRow, FailedRow, OutboxStore};
 use crate::supervision::Supervision;
 use actix::prelude::*;
@@ -106,14 +106,22 @@ impl Claimer {
             ctx.cancel_future(timer);
         }
         self.claiming = true;
+        let claim_started = std::time::Instant::now();
         let store = self.store.clone();
         let (shard, token) = (self.shard, self.token);
         let (lease, limit) = (self.config.claim_lease(), self.config.claim_batch_size);
         ctx.spawn(
             async move { store.claim(shard, token, lease, limit).await }
                 .into_actor(self)
-                .map(|result, act, ctx| {
+                .map(move |result, act, ctx| {
                     act.claiming = false;
+                    tracing::debug!(
+                        shard = act.shard,
+                        in_flight = act.in_flight,
+                        rows = result.as_ref().map_or(0, Vec::len),
+                        claim_ms = claim_started.elapsed().as_millis() as u64,
+                        "claimed"
+                    );
                     match result {
                         Ok(rows) if !rows.is_empty() => {
                             metrics::histogram!(crate::metrics::OUTBOX_CLAIM_BATCH_SIZE)
@@ -122,7 +130,7 @@ impl Claimer {
                             if act.idle_flagged {
                                 act.set_idle(false, ctx);
                             }
-                            act.dispatch(rows, ctx);
+                            act.dispatch(rows, claim_started, ctx);
                             act.claim(ctx);
                         }
                         Ok(_) => act.on_empty(ctx),
@@ -186,30 +194,61 @@ impl Claimer {
         }));
     }
 
-    fn dispatch(&mut self, rows: Vec<ClaimedRow>, ctx: &mut Context<Self>) {
+    /// Enqueues every key's rows to its publisher now (so keys see batches in claim order),
+    /// then marks the outcomes once all are known.
+    fn dispatch(
+        &mut self,
+        rows: Vec<ClaimedRow>,
+        claimed_at: std::time::Instant,
+        ctx: &mut Context<Self>,
+    ) {
         self.in_flight += 1;
         let batch = RecordContext {
-            attempts: rows.iter().map(|r| (r.seq, r.publish_attempts)).collect(),
+            rows: rows
+                .iter()
+                .map(|r| {
+                    let key = PublisherKey {
+                        topic: r.topic.clone(),
+                        ordering_key: r.aggregate_id.clone(),
+                    };
+                    (r.seq, (key, r.version, r.publish_attempts))
+                })
+                .collect(),
             shard: self.shard,
             token: self.token,
             store: self.store.clone(),
+            publishers: self.publishers.clone(),
             config: self.config.clone(),
         };
-        let publishers = self.publishers.clone();
         let before_mark = self.before_mark.clone();
         let groups = group_by_key(rows);
+        let keys = groups.len();
+        let pending: Vec<_> = groups
+            .into_iter()
+            .map(|group| self.publishers.dispatch(group, claimed_at))
+            .collect();
         ctx.spawn(
             async move {
-                let outcomes: Vec<PublishOutcome> =
-                    futures::future::join_all(groups.into_iter().map(|g| publishers.publish(g)))
-                        .await
-                        .into_iter()
-                        .flatten()
-                        .collect();
+                let started = std::time::Instant::now();
+                let outcomes: Vec<PublishOutcome> = futures::future::join_all(pending)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                let published = started.elapsed();
                 if let Some(hook) = before_mark {
                     hook(batch.shard).await;
                 }
-                batch.record(outcomes).await
+                let result = batch.record(outcomes).await;
+                tracing::debug!(
+                    shard = batch.shard,
+                    rows = batch.rows.len(),
+                    keys,
+                    publish_ms = published.as_millis() as u64,
+                    mark_ms = (started.elapsed() - published).as_millis() as u64,
+                    "batch done"
+                );
+                result
             }
             .into_actor(self)
             .map(|result, act, ctx| {
@@ -263,11 +302,12 @@ pub fn group_by_key(rows: Vec<ClaimedRow>) -> Vec<Vec<ClaimedRow>> {
 
 /// What recording one batch's outcomes needs.
 struct RecordContext {
-    /// Attempts each row had before this batch.
-    attempts: HashMap<i64, i32>,
+    /// Each row's key, version, and the attempts it had before this batch.
+    rows: HashMap<i64, (PublisherKey, i64, i32)>,
     shard: u32,
     token: Uuid,
     store: Arc<OutboxStore>,
+    publishers: Arc<Publishers>,
     config: Arc<RelayConfig>,
 }
 
@@ -290,6 +330,14 @@ impl RecordContext {
         let failed = self.plan_failures(failed);
         retry_transient(|| self.store.mark_published(&published, self.token)).await?;
         retry_transient(|| self.store.mark_failed(&failed, self.token)).await?;
+        // Committed: claims starting from now keep these keys' later rows back themselves.
+        let recorded_at = std::time::Instant::now();
+        for row in &failed {
+            if let Some((key, version, _)) = self.rows.get(&row.seq) {
+                self.publishers
+                    .failure_recorded(key.clone(), *version, recorded_at);
+            }
+        }
         retry_transient(|| self.store.release(&not_tried, self.token)).await?;
         Ok(())
     }
@@ -300,7 +348,7 @@ impl RecordContext {
         failed
             .into_iter()
             .map(|(seq, error, permanent)| {
-                let attempts_after = self.attempts.get(&seq).copied().unwrap_or(0).saturating_add(1);
+                let attempts_after = self.rows.get(&seq).map_or(0, |r| r.2).saturating_add(1);
                 let dead = permanent
                     || u32::try_from(attempts_after).unwrap_or(u32::MAX)
                         >= self.config.publish_max_attempts;

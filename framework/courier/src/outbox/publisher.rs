@@ -1,26 +1,31 @@
 //! Publisher: one actor per (topic, ordering key), created on demand and passivated when idle.
 //!
-//! It hands a key's rows to the official client all at once — the client keeps one key's
-//! messages in order and several in flight — then awaits their acknowledgements in order. The
-//! first failure fails the key: every later row of the batch is reported `NotTried` (even if
-//! the client sent it, it will be sent again after the failed row, never before it), and the
-//! key is resumed in the client, which pauses a key after an error.
+//! Rows reach a key's actor in claim order (the claimer enqueues them synchronously, and the
+//! mailbox is sized so it never refuses one), and the actor hands them to the official client
+//! in that order without waiting for earlier acknowledgements: the client keeps one key's
+//! messages in order with many in flight, across batches.
+//!
+//! The first failure of a key *parks* it ([`Parked`]): rows of later versions that were
+//! claimed before the failure was recorded in the database are given back untried, because
+//! they would otherwise overtake the failed row. Rows claimed after the record are safe — the
+//! claim's head-of-line check kept them back until the failed row was due again — and the
+//! failed row's own retry lifts the park. The client pauses a key after an error; the actor
+//! resumes it just before handing over the next row it admits.
 
 use crate::outbox::attributes::{self, RequiredFields};
 use crate::outbox::store::ClaimedRow;
-use crate::pubsub::{is_transient_rpc, PubSub, PubSubError};
+use crate::pubsub::{is_transient_rpc, PubSub};
 use actix::prelude::*;
 use dashmap::DashMap;
 use google_cloud_pubsub::client::Publisher;
+use google_cloud_pubsub::error::PublishError;
 use google_cloud_pubsub::model::Message as PubSubMessage;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::OnceCell;
-
-/// A key's publisher holds at most one batch at a time (the claimer never claims a key's later
-/// rows while earlier ones are in flight), so a small mailbox suffices; the slack absorbs a
-/// batch racing with passivation.
-const KEY_PUBLISHER_MAILBOX: usize = 4;
+use tokio::sync::{oneshot, OnceCell};
 
 /// How long the client may gather messages into a batch before sending.
 pub const CLIENT_BATCH_DELAY: Duration = Duration::from_millis(5);
@@ -53,12 +58,23 @@ pub struct PublisherKey {
     pub ordering_key: String,
 }
 
-/// Publish one key's rows, in order. Rows are shared so a retry after passivation does not
-/// copy payloads.
+/// Publish one key's rows, in version order; the outcomes go to `reply`.
 #[derive(Message)]
-#[rtype(result = "Vec<PublishOutcome>")]
+#[rtype(result = "()")]
 pub struct PublishRows {
-    pub rows: Arc<[ClaimedRow]>,
+    pub rows: Vec<ClaimedRow>,
+    /// When the claim that found these rows started (before its snapshot was taken).
+    pub claimed_at: Instant,
+    pub reply: oneshot::Sender<Vec<PublishOutcome>>,
+}
+
+/// The failure of `version` is now recorded in the database (committed at or before `at`):
+/// claims that start later cannot return rows that would overtake it.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct FailureRecorded {
+    pub version: i64,
+    pub at: Instant,
 }
 
 /// Settings every key publisher shares.
@@ -68,7 +84,19 @@ pub struct PublisherSettings {
     pub idle_after: Duration,
     /// A publish not acknowledged within this counts as failed.
     pub publish_timeout: Duration,
+    /// Batches a claimer may have in flight: a key's mailbox holds one message per batch.
+    pub max_in_flight_batches: usize,
+    /// An unrecorded park expires after this (the claim lease): by then the failed row's
+    /// claim has expired and the database decides again.
+    pub park_expiry: Duration,
     pub fault: Option<PublishFault>,
+}
+
+/// A live key publisher and how many messages are on their way into its mailbox.
+#[derive(Clone)]
+struct LiveKey {
+    addr: Addr<KeyPublisher>,
+    queued: Arc<AtomicUsize>,
 }
 
 /// The registry: live key publishers and one client per topic.
@@ -77,7 +105,7 @@ pub struct Publishers {
     settings: PublisherSettings,
     /// One client per topic, built once even when many keys ask at the same time.
     clients: DashMap<String, Arc<OnceCell<Publisher>>>,
-    live: Arc<DashMap<PublisherKey, Addr<KeyPublisher>>>,
+    live: Arc<DashMap<PublisherKey, LiveKey>>,
 }
 
 impl Publishers {
@@ -95,57 +123,410 @@ impl Publishers {
         self.live.len()
     }
 
-    async fn client(&self, topic: &str) -> Result<Publisher, PubSubError> {
-        let cell = self.clients.entry(topic.to_string()).or_default().clone();
-        cell.get_or_try_init(|| self.pubsub.publisher(topic, CLIENT_BATCH_DELAY))
-            .await
-            .cloned()
+    /// Enqueues `rows` — all of one topic and key, in version order — to that key's actor
+    /// now, so calls made in claim order reach the key in claim order. The returned future
+    /// yields their outcomes. Must be called on an actix arbiter.
+    pub fn dispatch(
+        &self,
+        rows: Vec<ClaimedRow>,
+        claimed_at: Instant,
+    ) -> impl Future<Output = Vec<PublishOutcome>> + 'static {
+        let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+        let receiver = match rows.first() {
+            Some(first) => {
+                let key = PublisherKey {
+                    topic: first.topic.clone(),
+                    ordering_key: first.aggregate_id.clone(),
+                };
+                self.enqueue(key, rows, claimed_at)
+            }
+            None => None,
+        };
+        async move {
+            match receiver {
+                Some(receiver) => receiver.await.unwrap_or_else(|_| not_tried(&seqs)),
+                None => not_tried(&seqs),
+            }
+        }
     }
 
-    /// Publishes `rows` — all of one topic and key, in version order — through that key's
-    /// actor. Must run on an actix arbiter.
-    pub async fn publish(&self, rows: Vec<ClaimedRow>) -> Vec<PublishOutcome> {
-        let Some(first) = rows.first() else {
-            return Vec::new();
+    /// Tells the key's actor (if it is still live) that a failure is recorded.
+    pub fn failure_recorded(&self, key: PublisherKey, version: i64, at: Instant) {
+        if let Some(live) = self.live.get(&key) {
+            // Best effort: an unrecorded park expires on its own.
+            let _ = live.addr.try_send(FailureRecorded { version, at });
+        }
+    }
+
+    fn enqueue(
+        &self,
+        key: PublisherKey,
+        rows: Vec<ClaimedRow>,
+        claimed_at: Instant,
+    ) -> Option<oneshot::Receiver<Vec<PublishOutcome>>> {
+        let (reply, receiver) = oneshot::channel();
+        let mut message = PublishRows {
+            rows,
+            claimed_at,
+            reply,
         };
-        let key = PublisherKey {
-            topic: first.topic.clone(),
-            ordering_key: first.aggregate_id.clone(),
-        };
-        let client = match self.client(&key.topic).await {
-            Ok(client) => client,
-            Err(e) => return fail_all(&rows, &e.to_string(), !e.is_transient()),
-        };
-        let rows: Arc<[ClaimedRow]> = rows.into();
-        // A publisher may passivate between lookup and send; then its mailbox is closed and
-        // the batch goes to a fresh one.
-        for _ in 0..3 {
-            let addr = self
+        // Twice: a publisher that passivated after the lookup has a closed mailbox.
+        for _ in 0..2 {
+            // The entry lock makes "enqueue" and "passivate" exclusive: an actor leaves the
+            // registry only with nothing queued for it.
+            let mut entry = self
                 .live
                 .entry(key.clone())
-                .or_insert_with(|| {
-                    KeyPublisher {
-                        key: key.clone(),
-                        client: client.clone(),
-                        settings: self.settings.clone(),
-                        registry: self.live.clone(),
-                        last_active: Instant::now(),
-                    }
-                    .start()
-                })
-                .clone();
-            match addr.send(PublishRows { rows: rows.clone() }).await {
-                Ok(outcomes) => return outcomes,
-                Err(_) => {
-                    self.live.remove_if(&key, |_, live| *live == addr);
+                .or_insert_with(|| self.start_key_publisher(&key));
+            let live = entry.value_mut();
+            live.queued.fetch_add(1, Ordering::SeqCst);
+            match live.addr.try_send(message) {
+                Ok(()) => return Some(receiver),
+                Err(SendError::Full(_)) => {
+                    // Cannot happen while claimers respect max_in_flight_batches; if it does,
+                    // the rows go back untried rather than out of order.
+                    live.queued.fetch_sub(1, Ordering::SeqCst);
+                    tracing::warn!(ordering_key = %key.ordering_key, "key publisher mailbox full; rows given back");
+                    return None;
+                }
+                Err(SendError::Closed(returned)) => {
+                    live.queued.fetch_sub(1, Ordering::SeqCst);
+                    message = returned;
+                    drop(entry);
+                    self.live.remove(&key);
                 }
             }
         }
-        fail_all(&rows, "key publisher unavailable", false)
+        None
+    }
+
+    fn start_key_publisher(&self, key: &PublisherKey) -> LiveKey {
+        let client = self.clients.entry(key.topic.clone()).or_default().clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let addr = KeyPublisher {
+            key: key.clone(),
+            client,
+            pubsub: self.pubsub.clone(),
+            settings: self.settings.clone(),
+            registry: self.live.clone(),
+            queued: queued.clone(),
+            waiting: VecDeque::new(),
+            connecting: false,
+            in_flight: 0,
+            parked: None,
+            paused: false,
+            last_active: Instant::now(),
+        }
+        .start();
+        LiveKey { addr, queued }
     }
 }
 
-fn fail_all(rows: &[ClaimedRow], error: &str, permanent: bool) -> Vec<PublishOutcome> {
+fn not_tried(seqs: &[i64]) -> Vec<PublishOutcome> {
+    seqs.iter()
+        .map(|&seq| PublishOutcome::NotTried { seq })
+        .collect()
+}
+
+/// A key whose row of `version` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parked {
+    pub version: i64,
+    pub failed_at: Instant,
+    /// When the failure was known to be committed to the database.
+    pub recorded_at: Option<Instant>,
+}
+
+/// Whether a row of `version`, claimed at `claimed_at`, may be handed to the client while the
+/// key is `parked`. Rows up to the failed version always may (they are its retry, or come
+/// before it); later ones only if their claim started after the failure was recorded (or
+/// after the park expired), since that claim's head-of-line check already ordered them.
+pub fn admits(
+    parked: Option<&Parked>,
+    version: i64,
+    claimed_at: Instant,
+    expiry: Duration,
+) -> bool {
+    match parked {
+        None => true,
+        Some(p) if version <= p.version => true,
+        Some(p) => {
+            p.recorded_at.is_some_and(|at| claimed_at > at) || claimed_at > p.failed_at + expiry
+        }
+    }
+}
+
+/// Publishes one ordering key's rows of one topic.
+pub struct KeyPublisher {
+    key: PublisherKey,
+    client: Arc<OnceCell<Publisher>>,
+    pubsub: PubSub,
+    settings: PublisherSettings,
+    /// To leave the registry when passivating.
+    registry: Arc<DashMap<PublisherKey, LiveKey>>,
+    queued: Arc<AtomicUsize>,
+    /// Batches received while the topic's client is being built, in order.
+    waiting: VecDeque<PublishRows>,
+    connecting: bool,
+    /// Batches handed to the client and not yet settled.
+    in_flight: usize,
+    parked: Option<Parked>,
+    /// The client paused the key after an error and has not been resumed.
+    paused: bool,
+    last_active: Instant,
+}
+
+impl Actor for KeyPublisher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // One message per in-flight batch of the key's claimer, plus a control message.
+        ctx.set_mailbox_capacity(self.settings.max_in_flight_batches + 2);
+        metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).increment(1.0);
+        let check_every = (self.settings.idle_after / 2).max(Duration::from_millis(100));
+        ctx.run_interval(check_every, |act, ctx| act.passivate_if_idle(ctx));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).decrement(1.0);
+    }
+}
+
+impl KeyPublisher {
+    fn passivate_if_idle(&mut self, ctx: &mut Context<Self>) {
+        let idle = self.in_flight == 0
+            && self.waiting.is_empty()
+            && self.last_active.elapsed() >= self.settings.idle_after;
+        if !idle {
+            return;
+        }
+        let me = ctx.address();
+        let queued = self.queued.clone();
+        let removed = self.registry.remove_if(&self.key, |_, live| {
+            live.addr == me && queued.load(Ordering::SeqCst) == 0
+        });
+        if removed.is_some() {
+            ctx.stop();
+        }
+    }
+
+    /// Hands waiting batches to the client once the topic's client exists.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let Some(client) = self.client.get().cloned() else {
+            if !self.connecting {
+                self.connecting = true;
+                let cell = self.client.clone();
+                let pubsub = self.pubsub.clone();
+                let topic = self.key.topic.clone();
+                // `wait`: nothing else of this key may happen before the client exists.
+                ctx.wait(
+                    async move {
+                        cell.get_or_try_init(|| pubsub.publisher(&topic, CLIENT_BATCH_DELAY))
+                            .await
+                            .map(|_| ())
+                    }
+                    .into_actor(self)
+                    .map(|result, act, ctx| {
+                        act.connecting = false;
+                        match result {
+                            Ok(()) => act.pump(ctx),
+                            Err(e) => {
+                                let permanent = !e.is_transient();
+                                for batch in act.waiting.drain(..) {
+                                    let outcomes =
+                                        fail_first(&batch.rows, &e.to_string(), permanent);
+                                    let _ = batch.reply.send(outcomes);
+                                }
+                            }
+                        }
+                    }),
+                );
+            }
+            return;
+        };
+        while let Some(batch) = self.waiting.pop_front() {
+            self.hand_over(batch, &client, ctx);
+        }
+    }
+
+    /// Gives a batch's admitted rows to the client in order, then settles them when their
+    /// acknowledgements (or errors) arrive.
+    fn hand_over(&mut self, batch: PublishRows, client: &Publisher, ctx: &mut Context<Self>) {
+        let mut handed = Vec::with_capacity(batch.rows.len());
+        let mut stop = false;
+        for row in &batch.rows {
+            if stop
+                || !admits(
+                    self.parked.as_ref(),
+                    row.version,
+                    batch.claimed_at,
+                    self.settings.park_expiry,
+                )
+            {
+                stop = true;
+                handed.push(Handed::NotTried);
+                continue;
+            }
+            if self.parked.is_some_and(|p| row.version <= p.version) {
+                // The failed row's retry: the key may flow again after it.
+                self.parked = None;
+            }
+            if let Some(error) = self.settings.fault.as_ref().and_then(|f| f(row)) {
+                self.park(row.version);
+                handed.push(Handed::Injected(error));
+                stop = true;
+                continue;
+            }
+            if self.paused {
+                client.resume_publish(self.key.ordering_key.clone());
+                self.paused = false;
+            }
+            handed.push(Handed::Sent(Box::pin(client.publish(message_for(row)))));
+        }
+        self.in_flight += 1;
+        let timeout = self.settings.publish_timeout;
+        let started = Instant::now();
+        ctx.spawn(
+            async move {
+                let mut results = Vec::with_capacity(handed.len());
+                for item in handed {
+                    results.push(match item {
+                        Handed::Sent(future) => match tokio::time::timeout(timeout, future).await {
+                            Ok(Ok(id)) => Settled::Acked(id),
+                            Ok(Err(e)) => Settled::Error(e),
+                            Err(_) => Settled::TimedOut,
+                        },
+                        Handed::Injected(error) => Settled::Injected(error),
+                        Handed::NotTried => Settled::NotTried,
+                    });
+                }
+                results
+            }
+            .into_actor(self)
+            .map(move |results, act, _| {
+                act.in_flight -= 1;
+                act.last_active = Instant::now();
+                let outcomes = act.settle(&batch.rows, results, started);
+                let _ = batch.reply.send(outcomes);
+            }),
+        );
+    }
+
+    fn park(&mut self, version: i64) {
+        let lowest = self.parked.map_or(version, |p| p.version.min(version));
+        self.parked = Some(Parked {
+            version: lowest,
+            failed_at: Instant::now(),
+            recorded_at: None,
+        });
+    }
+
+    /// Turns acknowledgements and errors into outcomes. Only the first failure of the key
+    /// counts as a failure; rows after it go back untried, whether or not the client sent them.
+    fn settle(
+        &mut self,
+        rows: &[ClaimedRow],
+        results: Vec<Settled>,
+        started: Instant,
+    ) -> Vec<PublishOutcome> {
+        let key = self.key.ordering_key.clone();
+        let mut outcomes = Vec::with_capacity(rows.len());
+        let mut failed = false;
+        for (row, result) in rows.iter().zip(results) {
+            let seq = row.seq;
+            let behind_failure = failed || self.parked.is_some_and(|p| row.version > p.version);
+            let failure = match result {
+                Settled::Acked(message_id) => {
+                    metrics::counter!(crate::metrics::OUTBOX_PUBLISH_SUCCESS_TOTAL).increment(1);
+                    metrics::histogram!(crate::metrics::OUTBOX_PUBLISH_LATENCY)
+                        .record(started.elapsed().as_secs_f64());
+                    outcomes.push(PublishOutcome::Published { seq, message_id });
+                    continue;
+                }
+                Settled::NotTried => {
+                    outcomes.push(PublishOutcome::NotTried { seq });
+                    continue;
+                }
+                Settled::Error(PublishError::OrderingKeyPaused) => {
+                    self.paused = true;
+                    outcomes.push(PublishOutcome::NotTried { seq });
+                    continue;
+                }
+                Settled::Error(e) => {
+                    self.paused = true;
+                    let permanent = matches!(&e, PublishError::Rpc(rpc) if !is_transient_rpc(rpc));
+                    (
+                        format!("publish to ordering key {key} failed: {e}"),
+                        permanent,
+                    )
+                }
+                Settled::TimedOut => (
+                    format!(
+                        "publish to ordering key {key} not acknowledged within {:?}",
+                        self.settings.publish_timeout
+                    ),
+                    false,
+                ),
+                Settled::Injected(error) => (error, false),
+            };
+            if behind_failure {
+                outcomes.push(PublishOutcome::NotTried { seq });
+                continue;
+            }
+            failed = true;
+            self.park(row.version);
+            metrics::counter!(crate::metrics::OUTBOX_PUBLISH_ERROR_TOTAL).increment(1);
+            let (error, permanent) = failure;
+            outcomes.push(PublishOutcome::Failed {
+                seq,
+                error,
+                permanent,
+            });
+        }
+        outcomes
+    }
+}
+
+/// A row as handed to the client.
+enum Handed {
+    Sent(std::pin::Pin<Box<google_cloud_pubsub::publisher::PublishFuture>>),
+    Injected(String),
+    NotTried,
+}
+
+/// A handed row's result.
+enum Settled {
+    Acked(String),
+    Error(PublishError),
+    TimedOut,
+    Injected(String),
+    NotTried,
+}
+
+impl Handler<PublishRows> for KeyPublisher {
+    type Result = ();
+
+    fn handle(&mut self, msg: PublishRows, ctx: &mut Self::Context) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.last_active = Instant::now();
+        self.waiting.push_back(msg);
+        self.pump(ctx);
+    }
+}
+
+impl Handler<FailureRecorded> for KeyPublisher {
+    type Result = ();
+
+    fn handle(&mut self, msg: FailureRecorded, _ctx: &mut Self::Context) {
+        if let Some(parked) = self.parked.as_mut() {
+            if parked.version == msg.version {
+                parked.recorded_at = Some(msg.at);
+            }
+        }
+    }
+}
+
+fn fail_first(rows: &[ClaimedRow], error: &str, permanent: bool) -> Vec<PublishOutcome> {
     rows.iter()
         .enumerate()
         .map(|(i, row)| {
@@ -160,57 +541,6 @@ fn fail_all(rows: &[ClaimedRow], error: &str, permanent: bool) -> Vec<PublishOut
             }
         })
         .collect()
-}
-
-/// Publishes one ordering key's rows of one topic, one batch at a time.
-pub struct KeyPublisher {
-    key: PublisherKey,
-    client: Publisher,
-    settings: PublisherSettings,
-    /// To leave the registry when passivating.
-    registry: Arc<DashMap<PublisherKey, Addr<KeyPublisher>>>,
-    last_active: Instant,
-}
-
-impl Actor for KeyPublisher {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.set_mailbox_capacity(KEY_PUBLISHER_MAILBOX);
-        metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).increment(1.0);
-        let check_every = (self.settings.idle_after / 2).max(Duration::from_millis(100));
-        ctx.run_interval(check_every, |act, ctx| {
-            if act.last_active.elapsed() >= act.settings.idle_after {
-                let me = ctx.address();
-                act.registry.remove_if(&act.key, |_, live| *live == me);
-                ctx.stop();
-            }
-        });
-    }
-
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).decrement(1.0);
-    }
-}
-
-impl Handler<PublishRows> for KeyPublisher {
-    // Atomic: the next batch of this key starts only after this one finished.
-    type Result = AtomicResponse<Self, Vec<PublishOutcome>>;
-
-    fn handle(&mut self, msg: PublishRows, _ctx: &mut Self::Context) -> Self::Result {
-        self.last_active = Instant::now();
-        let client = self.client.clone();
-        let ordering_key = self.key.ordering_key.clone();
-        let settings = self.settings.clone();
-        AtomicResponse::new(Box::pin(
-            async move { publish_in_order(&client, &ordering_key, &msg.rows, &settings).await }
-                .into_actor(self)
-                .map(|outcomes, act, _| {
-                    act.last_active = Instant::now();
-                    outcomes
-                }),
-        ))
-    }
 }
 
 /// The message for `row`: payload, ordering key and attributes.
@@ -237,85 +567,74 @@ pub fn message_for(row: &ClaimedRow) -> PubSubMessage {
         .set_attributes(attributes)
 }
 
-async fn publish_in_order(
-    client: &Publisher,
-    ordering_key: &str,
-    rows: &[ClaimedRow],
-    settings: &PublisherSettings,
-) -> Vec<PublishOutcome> {
-    let started = Instant::now();
-    // Hand every row to the client before awaiting any, so they travel pipelined. A fault
-    // stops the hand-over: rows after it must not be sent before it.
-    let mut pending = Vec::with_capacity(rows.len());
-    let mut injected = None;
-    for row in rows {
-        if let Some(error) = settings.fault.as_ref().and_then(|f| f(row)) {
-            injected = Some(error);
-            break;
-        }
-        pending.push(client.publish(message_for(row)));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPIRY: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn an_unparked_key_admits_everything() {
+        assert!(admits(None, 7, Instant::now(), EXPIRY));
     }
-    let mut outcomes = Vec::with_capacity(rows.len());
-    let mut failed = false;
-    for (row, future) in rows.iter().zip(pending) {
-        if failed {
-            outcomes.push(PublishOutcome::NotTried { seq: row.seq });
-            continue;
-        }
-        match tokio::time::timeout(settings.publish_timeout, future).await {
-            Ok(Ok(message_id)) => {
-                metrics::counter!(crate::metrics::OUTBOX_PUBLISH_SUCCESS_TOTAL).increment(1);
-                metrics::histogram!(crate::metrics::OUTBOX_PUBLISH_LATENCY)
-                    .record(started.elapsed().as_secs_f64());
-                outcomes.push(PublishOutcome::Published {
-                    seq: row.seq,
-                    message_id,
-                });
-            }
-            Ok(Err(e)) => {
-                let permanent = match &e {
-                    google_cloud_pubsub::error::PublishError::Rpc(rpc) => !is_transient_rpc(rpc),
-                    _ => false,
-                };
-                failed = true;
-                outcomes.push(PublishOutcome::Failed {
-                    seq: row.seq,
-                    error: format!("publish to ordering key {ordering_key} failed: {e}"),
-                    permanent,
-                });
-            }
-            Err(_) => {
-                failed = true;
-                outcomes.push(PublishOutcome::Failed {
-                    seq: row.seq,
-                    error: format!(
-                        "publish to ordering key {ordering_key} not acknowledged within {:?}",
-                        settings.publish_timeout
-                    ),
-                    permanent: false,
-                });
-            }
-        }
+
+    #[test]
+    fn a_parked_key_admits_its_failed_row_and_earlier_ones() {
+        let parked = Parked {
+            version: 3,
+            failed_at: Instant::now(),
+            recorded_at: None,
+        };
+        let claimed = parked.failed_at - Duration::from_millis(5);
+        assert!(admits(Some(&parked), 3, claimed, EXPIRY));
+        assert!(admits(Some(&parked), 2, claimed, EXPIRY));
     }
-    // Rows never handed over: the injected failure and everything after it.
-    let handed_over = outcomes.len();
-    for (i, row) in rows.iter().enumerate().skip(handed_over) {
-        if i == handed_over && !failed {
-            if let Some(error) = injected.take() {
-                failed = true;
-                outcomes.push(PublishOutcome::Failed {
-                    seq: row.seq,
-                    error,
-                    permanent: false,
-                });
-                continue;
-            }
-        }
-        outcomes.push(PublishOutcome::NotTried { seq: row.seq });
+
+    #[test]
+    fn later_rows_claimed_before_the_record_are_refused() {
+        let t0 = Instant::now();
+        let mut parked = Parked {
+            version: 3,
+            failed_at: t0,
+            recorded_at: None,
+        };
+        // Claimed while the failure was not yet in the database: it could overtake v3.
+        assert!(!admits(
+            Some(&parked),
+            4,
+            t0 + Duration::from_millis(1),
+            EXPIRY
+        ));
+        parked.recorded_at = Some(t0 + Duration::from_millis(10));
+        assert!(!admits(
+            Some(&parked),
+            4,
+            t0 + Duration::from_millis(5),
+            EXPIRY
+        ));
+        // Claimed after the record: the claim itself kept it behind v3.
+        assert!(admits(
+            Some(&parked),
+            4,
+            t0 + Duration::from_millis(11),
+            EXPIRY
+        ));
     }
-    if failed {
-        metrics::counter!(crate::metrics::OUTBOX_PUBLISH_ERROR_TOTAL).increment(1);
-        client.resume_publish(ordering_key);
+
+    #[test]
+    fn an_unrecorded_park_expires_after_the_lease() {
+        let t0 = Instant::now();
+        let parked = Parked {
+            version: 1,
+            failed_at: t0,
+            recorded_at: None,
+        };
+        assert!(!admits(Some(&parked), 2, t0 + EXPIRY, EXPIRY));
+        assert!(admits(
+            Some(&parked),
+            2,
+            t0 + EXPIRY + Duration::from_millis(1),
+            EXPIRY
+        ));
     }
-    outcomes
 }

@@ -64,6 +64,8 @@ pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActor
         PublisherSettings {
             idle_after: Duration::from_secs(config.relay.publisher_idle_secs),
             publish_timeout: Duration::from_secs(config.relay.publish_timeout_secs),
+            max_in_flight_batches: config.relay.max_in_flight_batches as usize,
+            park_expiry: config.relay.claim_lease(),
             fault: options.publish_fault.clone(),
         },
     ));

@@ -5,8 +5,10 @@
 -- Head of line: no version may overtake an earlier unpublished one of its key.
 -- * Rows behind a parked row (dead, or waiting for its retry) are skipped while choosing
 --   candidates, so a parked key never stalls the shard.
--- * Of the first $5 candidates, rows behind a row held by a live claim are left for later:
---   the window bounds the work when every key of the shard is already in flight.
+-- * Of the first $5 candidates, rows behind a row held by another owner's live claim are left
+--   for later (the window bounds that work). Rows behind this owner's own claims are taken:
+--   its publishers keep each key in claim order and give back, untried, any row that would
+--   overtake a failure not yet recorded here.
 -- Both checks probe outbox_blocking, which holds only claimed, retrying and dead rows.
 WITH candidates AS (
     SELECT o.seq, o.aggregate_id, o.version
@@ -41,7 +43,8 @@ WITH candidates AS (
             AND e.published_at IS NULL
             AND (e.lock_token IS NOT NULL OR e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
             AND e.lock_token IS NOT NULL
-            AND (e.lock_token = $2 OR e.locked_at >= now() - make_interval(secs => $3)))
+            AND e.lock_token <> $2
+            AND e.locked_at >= now() - make_interval(secs => $3))
     ORDER BY o.seq
     LIMIT $4
     FOR UPDATE OF o SKIP LOCKED
