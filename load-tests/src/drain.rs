@@ -30,6 +30,10 @@ pub struct DrainArgs {
     /// Rows per claim, for the relay and the raw claim-and-mark alike.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     batch: u32,
+    /// Claimed batches each shard's claimer may have publishing at once (default: the
+    /// framework's default).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
+    in_flight: Option<u32>,
     /// Concurrent sessions running the raw claim-and-mark.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     claim_sessions: u32,
@@ -77,6 +81,9 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     };
     config.relay.shard_count = args.shards;
     config.relay.claim_batch_size = args.batch;
+    if let Some(in_flight) = args.in_flight {
+        config.relay.max_in_flight_batches = in_flight;
+    }
     config.database.pool_size = args.shards * 2 + 4;
     fill(&relay_db, &config, &events, "rows for the relay").await?;
     set_shards_idle(&relay_db, args.shards, true).await?;
@@ -95,6 +102,10 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
             ("keys".into(), args.keys.to_string()),
             ("shards".into(), args.shards.to_string()),
             ("batch".into(), args.batch.to_string()),
+            (
+                "in_flight_batches".into(),
+                config.relay.max_in_flight_batches.to_string(),
+            ),
             ("claim_sessions".into(), args.claim_sessions.to_string()),
             (
                 "publish_in_flight".into(),

@@ -141,21 +141,24 @@ impl Outbox {
             payloads.push(event.payload);
             occurred.push(event.occurred_at);
         }
-        tx.query(
+        // Typed parameters: one round trip, no prepare per call (appends run in the caller's
+        // transaction on the caller's connection, where no prepared statement can be cached).
+        use tokio_postgres::types::Type;
+        tx.query_typed(
             &self.append_sql,
             &[
-                &ids,
-                &shards,
-                &topics,
-                &aggregate_types,
-                &aggregate_ids,
-                &event_types,
-                &versions,
-                &schema_versions,
-                &payloads,
-                &attributes,
-                &occurred,
-                &self.channel,
+                (&ids, Type::UUID_ARRAY),
+                (&shards, Type::INT4_ARRAY),
+                (&topics, Type::TEXT_ARRAY),
+                (&aggregate_types, Type::TEXT_ARRAY),
+                (&aggregate_ids, Type::TEXT_ARRAY),
+                (&event_types, Type::TEXT_ARRAY),
+                (&versions, Type::INT8_ARRAY),
+                (&schema_versions, Type::INT4_ARRAY),
+                (&payloads, Type::BYTEA_ARRAY),
+                (&attributes, Type::JSONB_ARRAY),
+                (&occurred, Type::TIMESTAMPTZ_ARRAY),
+                (&self.channel, Type::TEXT),
             ],
         )
         .await
