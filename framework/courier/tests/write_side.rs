@@ -560,6 +560,68 @@ async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
 }
 
 #[tokio::test]
+async fn only_appends_with_wakeups_notify_an_idle_shard() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let config = test_config(&db, &pubsub);
+    let conn = db.pool.get().await?;
+    conn.execute("INSERT INTO courier.outbox_shard_state (shard, idle) SELECT g, true FROM generate_series(0, 3) g", &[])
+        .await?;
+    drop(conn);
+    // A session of our own LISTENs; notifications arrive in commit order.
+    let (listener, mut connection) = db
+        .config
+        .url
+        .parse::<tokio_postgres::Config>()?
+        .connect(tokio_postgres::NoTls)
+        .await?;
+    let (tx, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    listener
+        .batch_execute(&format!(
+            "LISTEN \"{}\"",
+            courier::outbox::append::wake_channel("courier")
+        ))
+        .await?;
+
+    // On different shards, so a wake-up from the quiet append could not pass for the loud one's.
+    let shard_of = |key: &str| courier::outbox::shard::shard_of(key, config.relay.shard_count);
+    assert_ne!(shard_of("quiet"), shard_of("loud"));
+    let quiet = Outbox::new(&config).without_wakeups();
+    let mut conn = db.pool.get().await?;
+    let tx_quiet = conn.transaction().await?;
+    quiet
+        .append(&tx_quiet, event("t.events", "quiet", 1))
+        .await?;
+    tx_quiet.commit().await?;
+    let tx_loud = conn.transaction().await?;
+    let loud = Outbox::new(&config)
+        .append(&tx_loud, event("t.events", "loud", 1))
+        .await?;
+    tx_loud.commit().await?;
+
+    let first = tokio::time::timeout(WAIT, notifications.recv()).await?;
+    assert_eq!(
+        first,
+        Some(loud.shard.to_string()),
+        "the first wake-up is the loud append's"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM courier.outbox").await,
+        2,
+        "both rows written"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() -> anyhow::Result<()>
 {
     let s = setup(|c| c.relay.publish_max_attempts = 3).await?;

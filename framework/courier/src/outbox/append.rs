@@ -49,6 +49,10 @@ pub struct Outbox {
     /// NOTIFY channel the relay's listener LISTENs on.
     channel: String,
     append_sql: String,
+    /// The same insert without the wake-up.
+    append_quiet_sql: String,
+    /// Whether appends wake an idle relay (see [`Outbox::without_wakeups`]).
+    wakeups: bool,
 }
 
 /// The NOTIFY channel of a schema's outbox.
@@ -72,7 +76,17 @@ impl Outbox {
             shard_count: config.relay.shard_count,
             channel: wake_channel(schema),
             append_sql: render(include_str!("queries/append.sql"), schema),
+            append_quiet_sql: render(include_str!("queries/append_quiet.sql"), schema),
+            wakeups: true,
         }
+    }
+
+    /// An outbox whose appends never NOTIFY: the relay finds new rows only by polling (up to
+    /// `relay.poll_max_millis` late when idle). For deployments where LISTEN is unavailable
+    /// (some connection poolers), and as the write-path baseline in benchmarks.
+    pub fn without_wakeups(mut self) -> Self {
+        self.wakeups = false;
+        self
     }
 
     /// Appends one event in `tx`.
@@ -143,26 +157,29 @@ impl Outbox {
         }
         // Typed parameters: one round trip, no prepare per call (appends run in the caller's
         // transaction on the caller's connection, where no prepared statement can be cached).
-        use tokio_postgres::types::Type;
-        tx.query_typed(
-            &self.append_sql,
-            &[
-                (&ids, Type::UUID_ARRAY),
-                (&shards, Type::INT4_ARRAY),
-                (&topics, Type::TEXT_ARRAY),
-                (&aggregate_types, Type::TEXT_ARRAY),
-                (&aggregate_ids, Type::TEXT_ARRAY),
-                (&event_types, Type::TEXT_ARRAY),
-                (&versions, Type::INT8_ARRAY),
-                (&schema_versions, Type::INT4_ARRAY),
-                (&payloads, Type::BYTEA_ARRAY),
-                (&attributes, Type::JSONB_ARRAY),
-                (&occurred, Type::TIMESTAMPTZ_ARRAY),
-                (&self.channel, Type::TEXT),
-            ],
-        )
-        .await
-        .map_err(DbError::query(format!("append {n} events to outbox")))?;
+        use tokio_postgres::types::{ToSql, Type};
+        let params: [(&(dyn ToSql + Sync), Type); 12] = [
+            (&ids, Type::UUID_ARRAY),
+            (&shards, Type::INT4_ARRAY),
+            (&topics, Type::TEXT_ARRAY),
+            (&aggregate_types, Type::TEXT_ARRAY),
+            (&aggregate_ids, Type::TEXT_ARRAY),
+            (&event_types, Type::TEXT_ARRAY),
+            (&versions, Type::INT8_ARRAY),
+            (&schema_versions, Type::INT4_ARRAY),
+            (&payloads, Type::BYTEA_ARRAY),
+            (&attributes, Type::JSONB_ARRAY),
+            (&occurred, Type::TIMESTAMPTZ_ARRAY),
+            (&self.channel, Type::TEXT),
+        ];
+        let (sql, params) = if self.wakeups {
+            (&self.append_sql, &params[..])
+        } else {
+            (&self.append_quiet_sql, &params[..11])
+        };
+        tx.query_typed(sql, params)
+            .await
+            .map_err(DbError::query(format!("append {n} events to outbox")))?;
         metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(n as u64);
         Ok(appended)
     }

@@ -1,0 +1,7 @@
+-- Appends events without the wake-up NOTIFY (an outbox whose relay only polls).
+INSERT INTO {schema}.outbox (
+    id, shard, topic, aggregate_type, aggregate_id, event_type,
+    version, schema_version, payload, attributes, occurred_at)
+SELECT * FROM UNNEST(
+    $1::uuid[], $2::integer[], $3::text[], $4::text[], $5::text[], $6::text[],
+    $7::bigint[], $8::integer[], $9::bytea[], $10::jsonb[], $11::timestamptz[])
