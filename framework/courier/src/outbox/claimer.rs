@@ -1,9 +1,11 @@
 //! Claimer: drains one owned outbox shard.
 //!
-//! Loop: claim a batch → hand each key's rows to its publisher → mark the outcomes in batched
-//! statements. A batch found means claim again at once (up to `max_in_flight_batches` batches
-//! publishing); none found means idle: flag the shard idle so writers NOTIFY it, look once
-//! more, then poll with exponential backoff and full jitter until a wake or a hit.
+//! Loop: claim a batch → hand each key's rows to its publisher → mark outcomes as they arrive,
+//! in batched statements (one mark at a time; outcomes settling meanwhile join the next). A
+//! batch found means claim again at once while fewer than `max_in_flight_batches ×
+//! claim_batch_size` rows are unmarked — rows count, not batches, so one slow key does not hold
+//! a whole batch's capacity; none found means idle: flag the shard idle so writers NOTIFY it,
+//! look once more, then poll with exponential backoff and full jitter until a wake or a hit.
 //!
 //! Each (re)start takes a fresh lock token: rows the previous incarnation held become
 //! claimable when their lease expires, and its late marks no longer match.
@@ -54,8 +56,14 @@ pub struct Claimer {
     token: Uuid,
     /// A claim query is running.
     claiming: bool,
-    /// Batches claimed and not yet marked.
-    in_flight: u32,
+    /// Rows claimed and not yet marked.
+    in_flight: usize,
+    /// Each unmarked row's key, version, and the attempts it had when claimed.
+    rows: HashMap<i64, RowMeta>,
+    /// Outcomes waiting for the next mark.
+    settled: Vec<PublishOutcome>,
+    /// A mark is running.
+    marking: bool,
     /// What this claimer last wrote to `outbox_shard_state.idle`.
     idle_flagged: bool,
     /// Empty polls in a row (the backoff exponent).
@@ -86,6 +94,9 @@ impl Claimer {
             token: Uuid::new_v4(),
             claiming: false,
             in_flight: 0,
+            rows: HashMap::new(),
+            settled: Vec::new(),
+            marking: false,
             idle_flagged: false,
             empty_polls: 0,
             poll_timer: None,
@@ -98,7 +109,7 @@ impl Claimer {
         if self.escalated
             || self.draining.is_some()
             || self.claiming
-            || self.in_flight >= self.config.max_in_flight_batches
+            || self.in_flight + self.config.claim_batch_size as usize > self.max_in_flight_rows()
         {
             return;
         }
@@ -194,25 +205,55 @@ impl Claimer {
         }));
     }
 
-    /// Enqueues every key's rows to its publisher now (so keys see batches in claim order),
-    /// then marks the outcomes once all are known.
+    fn max_in_flight_rows(&self) -> usize {
+        self.config.max_in_flight_batches as usize * self.config.claim_batch_size as usize
+    }
+
+    /// Enqueues every key's rows to its publisher now (so keys see batches in claim order);
+    /// each key's outcomes are marked as soon as they arrive.
     fn dispatch(
         &mut self,
         rows: Vec<ClaimedRow>,
         claimed_at: std::time::Instant,
         ctx: &mut Context<Self>,
     ) {
-        self.in_flight += 1;
+        self.in_flight += rows.len();
+        for r in &rows {
+            let key = PublisherKey {
+                topic: r.topic.clone(),
+                ordering_key: r.aggregate_id.clone(),
+            };
+            self.rows.insert(
+                r.seq,
+                RowMeta {
+                    key,
+                    version: r.version,
+                    attempts: r.publish_attempts,
+                },
+            );
+        }
+        for group in group_by_key(rows) {
+            let outcomes = self.publishers.dispatch(group, claimed_at);
+            ctx.spawn(outcomes.into_actor(self).map(|outcomes, act, ctx| {
+                act.settled.extend(outcomes);
+                act.mark(ctx);
+            }));
+        }
+    }
+
+    /// Marks every settled outcome in one round of statements, unless a mark is running (its
+    /// completion marks what settled meanwhile).
+    fn mark(&mut self, ctx: &mut Context<Self>) {
+        if self.marking || self.settled.is_empty() {
+            return;
+        }
+        self.marking = true;
+        let outcomes = std::mem::take(&mut self.settled);
+        let count = outcomes.len();
         let batch = RecordContext {
-            rows: rows
+            rows: outcomes
                 .iter()
-                .map(|r| {
-                    let key = PublisherKey {
-                        topic: r.topic.clone(),
-                        ordering_key: r.aggregate_id.clone(),
-                    };
-                    (r.seq, (key, r.version, r.publish_attempts))
-                })
+                .filter_map(|o| self.rows.remove(&o.seq()).map(|meta| (o.seq(), meta)))
                 .collect(),
             shard: self.shard,
             token: self.token,
@@ -221,38 +262,25 @@ impl Claimer {
             config: self.config.clone(),
         };
         let before_mark = self.before_mark.clone();
-        let groups = group_by_key(rows);
-        let keys = groups.len();
-        let pending: Vec<_> = groups
-            .into_iter()
-            .map(|group| self.publishers.dispatch(group, claimed_at))
-            .collect();
         ctx.spawn(
             async move {
-                let started = std::time::Instant::now();
-                let outcomes: Vec<PublishOutcome> = futures::future::join_all(pending)
-                    .await
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                let published = started.elapsed();
                 if let Some(hook) = before_mark {
                     hook(batch.shard).await;
                 }
+                let started = std::time::Instant::now();
                 let result = batch.record(outcomes).await;
                 tracing::debug!(
                     shard = batch.shard,
-                    rows = batch.rows.len(),
-                    keys,
-                    publish_ms = published.as_millis() as u64,
-                    mark_ms = (started.elapsed() - published).as_millis() as u64,
-                    "batch done"
+                    rows = count,
+                    mark_ms = started.elapsed().as_millis() as u64,
+                    "marked"
                 );
                 result
             }
             .into_actor(self)
-            .map(|result, act, ctx| {
-                act.in_flight -= 1;
+            .map(move |result, act, ctx| {
+                act.marking = false;
+                act.in_flight -= count;
                 if let Err(e) = result {
                     // Rows stay claimed by this token; a restart takes a new token so they
                     // are reclaimed after the lease and published again (at least once).
@@ -260,6 +288,7 @@ impl Claimer {
                     ctx.stop();
                     return;
                 }
+                act.mark(ctx);
                 if act.draining.is_some() {
                     act.finish_draining(ctx);
                 } else {
@@ -301,9 +330,16 @@ pub fn group_by_key(rows: Vec<ClaimedRow>) -> Vec<Vec<ClaimedRow>> {
 }
 
 /// What recording one batch's outcomes needs.
+/// What the claimer remembers of a row until it is marked.
+struct RowMeta {
+    key: PublisherKey,
+    version: i64,
+    /// Attempts before this claim.
+    attempts: i32,
+}
+
 struct RecordContext {
-    /// Each row's key, version, and the attempts it had before this batch.
-    rows: HashMap<i64, (PublisherKey, i64, i32)>,
+    rows: HashMap<i64, RowMeta>,
     shard: u32,
     token: Uuid,
     store: Arc<OutboxStore>,
@@ -333,9 +369,9 @@ impl RecordContext {
         // Committed: claims starting from now keep these keys' later rows back themselves.
         let recorded_at = std::time::Instant::now();
         for row in &failed {
-            if let Some((key, version, _)) = self.rows.get(&row.seq) {
+            if let Some(meta) = self.rows.get(&row.seq) {
                 self.publishers
-                    .failure_recorded(key.clone(), *version, recorded_at);
+                    .failure_recorded(meta.key.clone(), meta.version, recorded_at);
             }
         }
         retry_transient(|| self.store.release(&not_tried, self.token)).await?;
@@ -348,7 +384,7 @@ impl RecordContext {
         failed
             .into_iter()
             .map(|(seq, error, permanent)| {
-                let attempts_after = self.rows.get(&seq).map_or(0, |r| r.2).saturating_add(1);
+                let attempts_after = self.rows.get(&seq).map_or(0, |r| r.attempts).saturating_add(1);
                 let dead = permanent
                     || u32::try_from(attempts_after).unwrap_or(u32::MAX)
                         >= self.config.publish_max_attempts;
@@ -405,6 +441,9 @@ impl Actor for Claimer {
         self.token = Uuid::new_v4();
         self.claiming = false;
         self.in_flight = 0;
+        self.rows.clear();
+        self.settled.clear();
+        self.marking = false;
         self.empty_polls = 0;
         self.poll_timer = None;
         // Unknown after a restart: the first idle transition writes it.

@@ -48,6 +48,16 @@ pub enum PublishOutcome {
     },
 }
 
+impl PublishOutcome {
+    pub fn seq(&self) -> i64 {
+        match self {
+            PublishOutcome::Published { seq, .. }
+            | PublishOutcome::Failed { seq, .. }
+            | PublishOutcome::NotTried { seq } => *seq,
+        }
+    }
+}
+
 /// An injected failure for a row, for fault tests: `Some(error)` fails that publish.
 pub type PublishFault = Arc<dyn Fn(&ClaimedRow) -> Option<String> + Send + Sync>;
 
