@@ -103,12 +103,27 @@ fn pg_config(
 /// Builds the shared pool. Connections are checked lazily, so this succeeds while the
 /// database is down; the first use reports the failure.
 pub fn pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
-    let manager = PostgresConnectionManager::new(pg_config(config, application)?, NoTls);
+    build_pool(config, pg_config(config, application)?)
+}
+
+/// The relay's pool: commits do not wait for the WAL flush (`synchronous_commit = off`).
+/// Everything the relay writes can be lost in a database crash without losing an event: a
+/// lost claim or mark only means a row is published again (at least once), a lost idle flag
+/// only delays a wake-up until the next poll. Writers' transactions keep full durability.
+pub fn relay_pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
+    let mut pg = pg_config(config, application)?;
+    pg.options("-c synchronous_commit=off");
+    build_pool(config, pg)
+}
+
+fn build_pool(config: &DatabaseConfig, pg: tokio_postgres::Config) -> Result<PgPool, DbError> {
+    let manager = PostgresConnectionManager::new(pg, NoTls);
     Ok(bb8::Pool::builder()
         .max_size(config.pool_size)
         .connection_timeout(Duration::from_secs(config.connect_timeout_secs))
-        // A connection broken by a server restart is found and replaced on checkout.
-        .test_on_check_out(true)
+        // No round trip per checkout: a connection closed by a server restart is dropped when
+        // returned (bb8 checks `is_closed`), and the failed call is retried as transient.
+        .test_on_check_out(false)
         .build_unchecked(manager))
 }
 

@@ -759,13 +759,14 @@ async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> an
         relay.owned_shards().await.len() == 4
     })
     .await?;
-    // Kill the relay's dedicated connections: both actors fail and must come back by themselves.
+    // Kill every connection of the relay (dedicated and pooled): the lock and LISTEN actors fail
+    // and must come back by themselves; claims and marks retry on fresh pooled connections.
     let admin = s.db.client().await?;
     admin
         .execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE datname = current_database()
-               AND application_name IN ('courier-shard-locks', 'courier-notify-listener')",
+               AND application_name IN ('courier-shard-locks', 'courier-notify-listener', 'courier-relay')",
             &[],
         )
         .await?;

@@ -57,7 +57,7 @@ pub struct RelayActors {
 /// Starts the relay's actors on the current actix System.
 pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActors, RelayError> {
     let config = Arc::new(config.clone());
-    let pool = crate::db::pool(&config.database, "courier-relay")?;
+    let pool = crate::db::relay_pool(&config.database, "courier-relay")?;
     let store = Arc::new(OutboxStore::new(pool, &config.database.schema));
     let publishers = Arc::new(Publishers::new(
         PubSub::new(config.pubsub.clone()),
