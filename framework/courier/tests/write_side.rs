@@ -130,6 +130,19 @@ fn first_arrivals(collector: &Collector) -> HashMap<String, Vec<i64>> {
     order
 }
 
+/// Version 1 of `n` keys named `<prefix>-<i>`: the "other keys" that must keep flowing.
+fn other_keys(topic: &str, prefix: &str, n: usize) -> Vec<NewEvent> {
+    (0..n)
+        .map(|i| event(topic, &format!("{prefix}-{i}"), 1))
+        .collect()
+}
+
+/// Whether every key of [`other_keys`] has arrived.
+fn other_keys_arrived(collector: &Collector, prefix: &str, n: usize) -> bool {
+    let arrivals = first_arrivals(collector);
+    (0..n).all(|i| arrivals.contains_key(&format!("{prefix}-{i}")))
+}
+
 fn spawn(config: &CourierConfig, options: RelayOptions) -> anyhow::Result<RelayHandle> {
     Ok(Relay::spawn(config, options)?)
 }
@@ -272,17 +285,10 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
         (1..=5).map(|v| event(&s.topic, "stuck", v)).collect(),
     )
     .await?;
-    commit(
-        &s.db,
-        &s.config,
-        (0..5)
-            .map(|i| event(&s.topic, &format!("free-{i}"), 1))
-            .collect(),
-    )
-    .await?;
+    commit(&s.db, &s.config, other_keys(&s.topic, "free", 5)).await?;
 
     wait_until(WAIT, "other keys delivered while v1 fails", || async {
-        (0..5).all(|i| first_arrivals(&s.collector).contains_key(&format!("free-{i}")))
+        other_keys_arrived(&s.collector, "free", 5)
     })
     .await?;
     wait_until(WAIT, "a failed attempt recorded on v1", || async {
@@ -649,14 +655,7 @@ async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() 
         vec![event("no-such-topic-anywhere", "lost-topic", 1)],
     )
     .await?;
-    commit(
-        &s.db,
-        &s.config,
-        (0..5)
-            .map(|i| event(&s.topic, &format!("fine-{i}"), 1))
-            .collect(),
-    )
-    .await?;
+    commit(&s.db, &s.config, other_keys(&s.topic, "fine", 5)).await?;
 
     wait_until(WAIT, "both failing rows dead", || async {
         count(
@@ -668,7 +667,7 @@ async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() 
     })
     .await?;
     wait_until(WAIT, "other keys delivered", || async {
-        (0..5).all(|i| first_arrivals(&s.collector).contains_key(&format!("fine-{i}")))
+        other_keys_arrived(&s.collector, "fine", 5)
     })
     .await?;
     assert_eq!(

@@ -128,11 +128,6 @@ impl Publishers {
         }
     }
 
-    /// Live key publishers (a gauge).
-    pub fn live_count(&self) -> usize {
-        self.live.len()
-    }
-
     /// Enqueues `rows` — all of one topic and key, in version order — to that key's actor
     /// now, so calls made in claim order reach the key in claim order. The returned future
     /// yields their outcomes. Must be called on an actix arbiter.
