@@ -1,6 +1,7 @@
 //! Benchmark data: events spread over keys, written into a fresh database's outbox.
 
 use anyhow::Context as _;
+use courier::outbox::store::OutboxStore;
 use courier::outbox::{NewEvent, Outbox};
 use courier::CourierConfig;
 use courier_testkit::TestDb;
@@ -52,15 +53,10 @@ pub async fn fill(
 
 /// Marks every shard idle or busy, which decides whether appends send the wake-up NOTIFY.
 pub async fn set_shards_idle(db: &TestDb, shard_count: u32, idle: bool) -> anyhow::Result<()> {
-    let conn = db.pool.get().await.context("shard state: connection")?;
-    conn.execute(
-        "INSERT INTO courier.outbox_shard_state (shard, idle)
-         SELECT g, $2 FROM generate_series(0, $1 - 1) g
-         ON CONFLICT (shard) DO UPDATE SET idle = EXCLUDED.idle",
-        &[&i32::try_from(shard_count)?, &idle],
-    )
-    .await
-    .context("shard state")?;
+    let store = OutboxStore::new(db.pool.clone(), &db.config.schema);
+    for shard in 0..shard_count {
+        store.set_shard_idle(shard, idle).await?;
+    }
     Ok(())
 }
 

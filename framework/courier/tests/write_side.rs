@@ -143,6 +143,25 @@ fn other_keys_arrived(collector: &Collector, prefix: &str, n: usize) -> bool {
     (0..n).all(|i| arrivals.contains_key(&format!("{prefix}-{i}")))
 }
 
+/// A publish fault that fails `version` of `key` the first `times` attempts, and the count of
+/// attempts it saw at that row.
+fn failing(
+    key: &'static str,
+    version: i64,
+    times: u32,
+    error: &'static str,
+) -> (courier::outbox::publisher::PublishFault, Arc<AtomicU32>) {
+    let attempts = Arc::new(AtomicU32::new(0));
+    let seen = attempts.clone();
+    let fault: courier::outbox::publisher::PublishFault = Arc::new(move |row| {
+        (row.aggregate_id == key
+            && row.version == version
+            && seen.fetch_add(1, Ordering::SeqCst) < times)
+            .then(|| error.to_string())
+    });
+    (fault, attempts)
+}
+
 fn spawn(config: &CourierConfig, options: RelayOptions) -> anyhow::Result<RelayHandle> {
     Ok(Relay::spawn(config, options)?)
 }
@@ -262,14 +281,7 @@ async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_or
 #[tokio::test]
 async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;
-    let failures = Arc::new(AtomicU32::new(0));
-    let counter = failures.clone();
-    let fault: courier::outbox::publisher::PublishFault = Arc::new(move |row| {
-        (row.aggregate_id == "stuck"
-            && row.version == 1
-            && counter.fetch_add(1, Ordering::SeqCst) < 3)
-            .then(|| "injected: broker unavailable".to_string())
-    });
+    let (fault, failures) = failing("stuck", 1, 3, "injected: broker unavailable");
     let config = RelayOptions {
         publish_fault: Some(fault),
         ..options()
@@ -346,14 +358,7 @@ async fn a_failure_deep_in_a_key_with_overlapping_batches_keeps_the_key_in_order
         c.relay.retry_cap_millis = 200;
     })
     .await?;
-    let failures = Arc::new(AtomicU32::new(0));
-    let counter = failures.clone();
-    let fault: courier::outbox::publisher::PublishFault = Arc::new(move |row| {
-        (row.aggregate_id == "deep"
-            && row.version == 23
-            && counter.fetch_add(1, Ordering::SeqCst) < 2)
-            .then(|| "injected: transient".to_string())
-    });
+    let (fault, failures) = failing("deep", 23, 2, "injected: transient");
     let _relay = spawn(
         &s.config,
         RelayOptions {
@@ -570,10 +575,10 @@ async fn only_appends_with_wakeups_notify_an_idle_shard() -> anyhow::Result<()> 
     let db = TestDb::new().await?;
     let pubsub = TestPubSub::get().await?;
     let config = test_config(&db, &pubsub);
-    let conn = db.pool.get().await?;
-    conn.execute("INSERT INTO courier.outbox_shard_state (shard, idle) SELECT g, true FROM generate_series(0, 3) g", &[])
-        .await?;
-    drop(conn);
+    let store = courier::outbox::store::OutboxStore::new(db.pool.clone(), &db.config.schema);
+    for shard in 0..config.relay.shard_count {
+        store.set_shard_idle(shard, true).await?;
+    }
     // A session of our own LISTENs; notifications arrive in commit order.
     let (listener, mut connection) = db
         .config

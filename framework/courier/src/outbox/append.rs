@@ -72,11 +72,13 @@ pub struct Appended {
 impl Outbox {
     pub fn new(config: &CourierConfig) -> Self {
         let schema = &config.database.schema;
+        let insert = render(include_str!("queries/insert_events.sql"), schema);
+        let wake = render(include_str!("queries/wake_idle_shards.sql"), schema);
         Self {
             shard_count: config.relay.shard_count,
             channel: wake_channel(schema),
-            append_sql: render(include_str!("queries/append.sql"), schema),
-            append_quiet_sql: render(include_str!("queries/append_quiet.sql"), schema),
+            append_sql: format!("WITH inserted AS (\n{insert}\n)\n{wake}"),
+            append_quiet_sql: insert,
             wakeups: true,
         }
     }

@@ -1,4 +1,4 @@
--- Appends events without the wake-up NOTIFY (an outbox whose relay only polls).
+-- Appends events, one row per array element.
 INSERT INTO {schema}.outbox (
     id, shard, topic, aggregate_type, aggregate_id, event_type,
     version, schema_version, payload, attributes, occurred_at)
