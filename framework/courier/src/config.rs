@@ -37,6 +37,8 @@ pub struct CourierConfig {
     pub pubsub: PubSubConfig,
     /// Outbox relay tuning.
     pub relay: RelayConfig,
+    /// Read-side tuning: receiving, projecting, dead-lettering.
+    pub consumer: ConsumerConfig,
     /// Restart policies per actor kind.
     pub supervision: SupervisionConfig,
     /// Prometheus exporter.
@@ -154,6 +156,52 @@ impl RelayConfig {
     }
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsumerConfig {
+    /// Parallel StreamingPull streams per subscription (the emulator paces each stream at
+    /// about 2k messages/s; real Pub/Sub spreads a subscription's keys over streams).
+    pub streams: u32,
+    /// Flow control per stream: unacked messages the server may have handed to us. Together
+    /// with `streams` this bounds the messages (and memory) held in the process.
+    pub max_outstanding_messages: u32,
+    /// Flow control per stream: unacked bytes.
+    pub max_outstanding_bytes: u64,
+    /// How far the client extends a held message's lease each time (10-600 s); the client
+    /// keeps extending while a projector still holds the message.
+    pub lease_extension_secs: u64,
+    /// Deliveries of one message before a transient failure is dead-lettered too; keep it at
+    /// or below the subscription's dead-letter policy, so the framework adds the reason first.
+    pub max_delivery_attempts: u32,
+    /// Events of one aggregate applied in one transaction when several are waiting (1 = one
+    /// transaction per event).
+    pub max_events_per_transaction: u32,
+    /// Per-aggregate projectors alive at once; at the cap an idle one is stopped first, and
+    /// when none is idle routing waits (backpressure to the streams).
+    pub max_live_projectors: u32,
+    /// A projector with nothing to do for this long stops (passivation).
+    pub projector_idle_secs: u64,
+    /// Offset rows per consumer group (see migrations: one row per group would serialize all
+    /// projection transactions on its lock).
+    pub offset_lanes: u32,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            streams: 2,
+            max_outstanding_messages: 1_000,
+            max_outstanding_bytes: 100 * 1024 * 1024,
+            lease_extension_secs: 60,
+            max_delivery_attempts: 5,
+            max_events_per_transaction: 50,
+            max_live_projectors: 10_000,
+            projector_idle_secs: 30,
+            offset_lanes: 32,
+        }
+    }
+}
+
 /// Restart policies per actor kind.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -164,6 +212,10 @@ pub struct SupervisionConfig {
     pub shard_owner: RestartPolicy,
     /// One claimer per owned shard.
     pub claimer: RestartPolicy,
+    /// The StreamingPull receiver of a subscription.
+    pub receiver: RestartPolicy,
+    /// The router that hands deliveries to per-aggregate projectors.
+    pub projector_router: RestartPolicy,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -265,10 +317,46 @@ impl CourierConfig {
         if r.publish_timeout_secs < 1 {
             return invalid("relay.publish_timeout_secs", "must be at least 1");
         }
+        let c = &self.consumer;
+        if !(1..=32).contains(&c.streams) {
+            return invalid("consumer.streams", "must be between 1 and 32");
+        }
+        if c.max_outstanding_messages < 1 {
+            return invalid("consumer.max_outstanding_messages", "must be at least 1");
+        }
+        if c.max_outstanding_bytes < 1024 {
+            return invalid("consumer.max_outstanding_bytes", "must be at least 1024");
+        }
+        if !(10..=600).contains(&c.lease_extension_secs) {
+            return invalid(
+                "consumer.lease_extension_secs",
+                "must be between 10 and 600 (Pub/Sub's ack deadline range)",
+            );
+        }
+        if !(1..=100).contains(&c.max_delivery_attempts) {
+            return invalid(
+                "consumer.max_delivery_attempts",
+                "must be between 1 and 100",
+            );
+        }
+        if !(1..=1000).contains(&c.max_events_per_transaction) {
+            return invalid(
+                "consumer.max_events_per_transaction",
+                "must be between 1 and 1000",
+            );
+        }
+        if c.max_live_projectors < 1 {
+            return invalid("consumer.max_live_projectors", "must be at least 1");
+        }
+        if !(1..=4096).contains(&c.offset_lanes) {
+            return invalid("consumer.offset_lanes", "must be between 1 and 4096");
+        }
         for (kind, policy) in [
             ("notify_listener", &self.supervision.notify_listener),
             ("shard_owner", &self.supervision.shard_owner),
             ("claimer", &self.supervision.claimer),
+            ("receiver", &self.supervision.receiver),
+            ("projector_router", &self.supervision.projector_router),
         ] {
             policy
                 .validate()
@@ -387,6 +475,11 @@ mod tests {
             (
                 "[supervision.claimer]\nmax_restarts = 0\n",
                 "supervision.claimer.max_restarts",
+            ),
+            ("[consumer]\nstreams = 0\n", "consumer.streams"),
+            (
+                "[consumer]\nlease_extension_secs = 5\n",
+                "consumer.lease_extension_secs",
             ),
         ] {
             let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);

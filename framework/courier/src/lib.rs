@@ -5,6 +5,8 @@
 //! # Layout
 //! - [`outbox`]: the write API (`Outbox::append` in the caller's transaction) and the relay
 //!   actors: NotifyListener → ShardOwner → Claimer per shard → Publisher per ordering key.
+//! - [`inbound`]: the read side: Receiver (StreamingPull) → ProjectorRouter → Projector per
+//!   aggregate; inbox, offsets, dead letters, and the `Projection` trait services implement.
 //! - [`supervision`]: restart policies (budget within a window, backoff, escalation).
 //! - [`migrate`]: versioned SQL migrations from `migrations/`.
 //! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections; Pub/Sub clients that honour
@@ -15,6 +17,7 @@
 pub mod backoff;
 pub mod config;
 pub mod db;
+pub mod inbound;
 pub mod metrics;
 pub mod migrate;
 pub mod outbox;

@@ -28,6 +28,44 @@ pub const OUTBOX_CLAIM_BATCH_SIZE: &str = "courier_outbox_claim_batch_size";
 pub const OUTBOX_OWNED_SHARDS: &str = "courier_outbox_owned_shards";
 /// Live per-key publisher actors (gauge).
 pub const LIVE_PUBLISHERS: &str = "courier_live_publishers";
+/// Events committed by projections, first-time or duplicate (counter).
+pub const PROJECTION_PROCESS_SUCCESS_TOTAL: &str = "projection_process_success_total";
+/// Events whose projection failed: rejected, handler error, statement or commit (counter).
+pub const PROJECTION_PROCESS_ERROR_TOTAL: &str = "projection_process_error_total";
+/// Receipt to ack of an event (histogram, seconds).
+pub const PROJECTION_PROCESS_LATENCY: &str = "projection_process_latency";
+/// Incoming version minus stored version at a versioned upsert (gauge; 1 is in step).
+pub const PROJECTION_VERSION_LAG: &str = "projection_version_lag";
+/// Events sent to a dead-letter topic (counter).
+pub const PROJECTION_DEAD_LETTERED_TOTAL: &str = "courier_projection_dead_lettered_total";
+/// Redelivered or duplicated events recognised by the inbox (counter).
+pub const PROJECTION_DUPLICATES_TOTAL: &str = "courier_projection_duplicates_total";
+/// Live per-aggregate projector actors (gauge).
+pub const LIVE_PROJECTORS: &str = "courier_live_projectors";
+/// Messages received and not yet acked or nacked (gauge).
+pub const RECEIVER_OUTSTANDING_MESSAGES: &str = "courier_receiver_outstanding_messages";
+
+/// The agreed per-group offset lag gauge, `<group>_offset_lag_ms`, with the group name made a
+/// valid metric name (anything but `[a-zA-Z0-9_]` becomes `_`).
+pub fn offset_lag_metric(group: &str) -> String {
+    let name: String = group
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = if name.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("_{name}")
+    } else {
+        name
+    };
+    format!("{name}_offset_lag_ms")
+}
+
 /// Actor restarts by kind (counter, label `actor`).
 pub const ACTOR_RESTARTS_TOTAL: &str = "courier_actor_restarts_total";
 

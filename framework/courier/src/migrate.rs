@@ -24,7 +24,7 @@ pub struct MigrationSet {
     pub migrations: &'static [Migration],
 }
 
-/// The framework's own tables (outbox, relay state).
+/// The framework's own tables (outbox, relay state, inbox, consumer offsets).
 pub const COURIER: MigrationSet = MigrationSet {
     set: "courier",
     migrations: &[
@@ -37,6 +37,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             version: 2,
             name: "0002_create_relay_state",
             sql: include_str!("../../../migrations/courier/0002_create_relay_state.sql"),
+        },
+        Migration {
+            version: 3,
+            name: "0003_create_inbox_and_offsets",
+            sql: include_str!("../../../migrations/courier/0003_create_inbox_and_offsets.sql"),
         },
     ],
 };

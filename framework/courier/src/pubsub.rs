@@ -208,6 +208,56 @@ impl PubSub {
     }
 }
 
+impl PubSub {
+    /// Seeks `subscription` to `time`: messages published since then that the subscription
+    /// retained (acked or not) are delivered again. Needs `retain_acked` on the subscription.
+    pub async fn seek(
+        &self,
+        admin: &SubscriptionAdmin,
+        subscription: &str,
+        time: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), PubSubError> {
+        let nanos = i32::try_from(time.timestamp_subsec_nanos()).unwrap_or(0);
+        admin
+            .seek()
+            .set_subscription(self.subscription_path(subscription))
+            .set_time(google_cloud_wkt::Timestamp::clamp(time.timestamp(), nanos))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|source| PubSubError::Rpc {
+                context: format!("seek subscription {subscription} to {time}"),
+                source,
+            })
+    }
+
+    /// Creates, unless they exist, the subscription's topic, its dead-letter topic with a
+    /// subscription that keeps dead letters for inspection, and the subscription itself.
+    /// Returns what it created, as `topic …` / `subscription …` lines.
+    pub async fn provision(&self, spec: &SubscriptionSpec) -> Result<Vec<String>, PubSubError> {
+        let topics = self.topic_admin().await?;
+        let subscriptions = self.subscription_admin().await?;
+        let mut created = Vec::new();
+        if self.ensure_topic(&topics, &spec.topic).await? {
+            created.push(format!("topic {}", spec.topic));
+        }
+        if let Some(dead_letter) = &spec.dead_letter {
+            if self.ensure_topic(&topics, &dead_letter.topic).await? {
+                created.push(format!("topic {}", dead_letter.topic));
+            }
+            // A topic without subscriptions drops what is published to it.
+            let keeper = SubscriptionSpec::dead_letter_keeper(spec, dead_letter);
+            if self.ensure_subscription(&subscriptions, &keeper).await? {
+                created.push(format!("subscription {}", keeper.name));
+            }
+        }
+        if self.ensure_subscription(&subscriptions, spec).await? {
+            created.push(format!("subscription {}", spec.name));
+        }
+        Ok(created)
+    }
+}
+
 fn wkt_duration(d: Duration) -> google_cloud_wkt::Duration {
     google_cloud_wkt::Duration::clamp(i64::try_from(d.as_secs()).unwrap_or(i64::MAX), 0)
 }
@@ -248,6 +298,17 @@ impl SubscriptionSpec {
                 topic: format!("{topic}.dlq"),
                 max_delivery_attempts: 5,
             }),
+        }
+    }
+
+    /// The subscription on `<topic>.dlq` that keeps `spec`'s dead letters for operators:
+    /// `<subscription>.dlq`, unordered, retaining acked messages for 7 days.
+    pub fn dead_letter_keeper(spec: &SubscriptionSpec, dead_letter: &DeadLetterSpec) -> Self {
+        Self {
+            ordering: false,
+            retain_acked: true,
+            dead_letter: None,
+            ..Self::plain(&format!("{}.dlq", spec.name), &dead_letter.topic)
         }
     }
 

@@ -1,0 +1,367 @@
+//! A consumer: Receiver → ProjectorRouter → Projector per aggregate, for one subscription and
+//! one consumer group, each actor supervised; plus the parts they share and how a delivery is
+//! settled (ack, nack, or dead-letter then ack).
+//!
+//! [`Consumer::spawn`] runs the actors on their own thread and actix System, so a process (or
+//! a test) can run several beside other work and stop one abruptly with
+//! [`ConsumerHandle::kill`] — which drops every stream and unacked message like `kill -9`.
+
+use crate::config::{ConsumerConfig, CourierConfig};
+use crate::db::{DbError, PgPool};
+use crate::inbound::dead_letter::DeadLetters;
+use crate::inbound::delivery::{Delivery, EventMeta};
+use crate::inbound::inbox::Inbox;
+use crate::inbound::offsets::OffsetStore;
+use crate::inbound::projection::Projection;
+use crate::inbound::receiver::Receiver;
+use crate::inbound::router::{LiveProjectors, ProjectorRouter};
+use crate::metrics as m;
+use crate::pubsub::{PubSub, PubSubError};
+use crate::supervision::{exit_process_on_escalation, EscalationHandler, Supervision};
+use actix::prelude::*;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which subscription a consumer reads, as which group, and where dead letters go.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    /// Names the read model's inbox rows and offsets; one group per read model.
+    pub group: String,
+    /// Subscription id (not the full path).
+    pub subscription: String,
+    /// Topic id of the dead-letter topic (`<topic>.dlq`).
+    pub dead_letter_topic: String,
+}
+
+/// A test hook run after a projection transaction committed and before its messages are
+/// acked (to stop a consumer in that window).
+pub type BeforeAck = Arc<dyn Fn(&[EventMeta]) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
+
+/// How a consumer is started beyond its config: escalation and test hooks.
+#[derive(Clone)]
+pub struct ConsumerOptions {
+    pub escalate: EscalationHandler,
+    pub before_ack: Option<BeforeAck>,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        Self {
+            escalate: exit_process_on_escalation(),
+            before_ack: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    PubSub(#[from] PubSubError),
+    #[error("consumer thread failed to start: {0}")]
+    Start(String),
+}
+
+/// Counters of one consumer, for tests, the CLI and the load tests (metrics carry the same).
+#[derive(Debug, Default)]
+pub struct ConsumerStats {
+    /// Messages received from the streams (redeliveries included).
+    pub received: AtomicU64,
+    /// Events whose effect was committed (first time seen by the group).
+    pub applied: AtomicU64,
+    /// Events committed as already seen (inbox hit): acked without a second effect.
+    pub duplicates: AtomicU64,
+    pub acked: AtomicU64,
+    pub nacked: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    /// Events whose projection transaction failed (handler, statement or commit).
+    pub failed: AtomicU64,
+    /// Received and not yet acked or nacked.
+    pub outstanding: AtomicU64,
+    /// The most ever outstanding at once (flow control bounds it).
+    pub peak_outstanding: AtomicU64,
+}
+
+/// A plain copy of [`ConsumerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub received: u64,
+    pub applied: u64,
+    pub duplicates: u64,
+    pub acked: u64,
+    pub nacked: u64,
+    pub dead_lettered: u64,
+    pub failed: u64,
+    pub outstanding: u64,
+    pub peak_outstanding: u64,
+}
+
+impl ConsumerStats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            received: get(&self.received),
+            applied: get(&self.applied),
+            duplicates: get(&self.duplicates),
+            acked: get(&self.acked),
+            nacked: get(&self.nacked),
+            dead_lettered: get(&self.dead_lettered),
+            failed: get(&self.failed),
+            outstanding: get(&self.outstanding),
+            peak_outstanding: get(&self.peak_outstanding),
+        }
+    }
+
+    pub(crate) fn on_received(&self) {
+        self.received.fetch_add(1, Ordering::Relaxed);
+        let now = self.outstanding.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_outstanding.fetch_max(now, Ordering::Relaxed);
+        metrics::gauge!(m::RECEIVER_OUTSTANDING_MESSAGES).increment(1.0);
+    }
+
+    fn on_settled(&self) {
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!(m::RECEIVER_OUTSTANDING_MESSAGES).decrement(1.0);
+    }
+}
+
+/// What every actor of one consumer shares.
+pub struct ConsumerParts<P: Projection> {
+    pub projection: P,
+    pub spec: ConsumerSpec,
+    pub settings: ConsumerConfig,
+    pub pubsub: PubSub,
+    pub pool: PgPool,
+    pub inbox: Inbox,
+    pub offsets: OffsetStore,
+    pub dead_letters: DeadLetters,
+    /// This process, as recorded in `consumer_offsets.updated_by`.
+    pub instance: String,
+    pub stats: Arc<ConsumerStats>,
+    pub before_ack: Option<BeforeAck>,
+    /// `<group>_offset_lag_ms`, the agreed per-group metric name.
+    pub offset_lag_metric: String,
+}
+
+impl<P: Projection> ConsumerParts<P> {
+    /// Acks a delivery whose effect (or non-effect) is committed.
+    pub(crate) fn ack<E>(&self, delivery: Delivery<E>) {
+        metrics::histogram!(m::PROJECTION_PROCESS_LATENCY)
+            .record(delivery.received_at.elapsed().as_secs_f64());
+        delivery.handler.ack();
+        self.stats.acked.fetch_add(1, Ordering::Relaxed);
+        self.stats.on_settled();
+    }
+
+    /// Gives a delivery back to Pub/Sub for redelivery.
+    pub(crate) fn nack<E>(&self, delivery: Delivery<E>) {
+        delivery.handler.nack();
+        self.stats.nacked.fetch_add(1, Ordering::Relaxed);
+        self.stats.on_settled();
+    }
+
+    /// Publishes the message to the dead-letter topic with `reason`, then acks it; if the
+    /// dead-letter publish fails, nacks it instead so nothing is lost. Returns whether it
+    /// was dead-lettered.
+    pub(crate) async fn dead_letter(
+        &self,
+        message: &google_cloud_pubsub::model::Message,
+        handler: google_cloud_pubsub::subscriber::handler::Handler,
+        reason: &str,
+    ) -> bool {
+        let attempt = handler.delivery_attempt();
+        match self.dead_letters.publish(message, reason, attempt).await {
+            Ok(_) => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    ordering_key = %message.ordering_key,
+                    consumer_group = %self.spec.group,
+                    delivery_attempt = attempt,
+                    reason,
+                    "message dead-lettered"
+                );
+                handler.ack();
+                metrics::counter!(m::PROJECTION_DEAD_LETTERED_TOTAL).increment(1);
+                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                self.stats.acked.fetch_add(1, Ordering::Relaxed);
+                self.stats.on_settled();
+                true
+            }
+            Err(error) => {
+                tracing::error!(
+                    message_id = %message.message_id,
+                    consumer_group = %self.spec.group,
+                    %error,
+                    "dead-letter publish failed; message nacked for redelivery"
+                );
+                handler.nack();
+                self.stats.nacked.fetch_add(1, Ordering::Relaxed);
+                self.stats.on_settled();
+                false
+            }
+        }
+    }
+}
+
+/// The running actor tree, for callers inside its actix System.
+pub struct ConsumerActors<P: Projection> {
+    pub receiver: Addr<Receiver<P>>,
+    pub router: Addr<ProjectorRouter<P>>,
+    pub live: Arc<LiveProjectors<P>>,
+    pub stats: Arc<ConsumerStats>,
+}
+
+/// Starts a consumer's actors on the current actix System.
+pub async fn start<P: Projection>(
+    config: &CourierConfig,
+    spec: ConsumerSpec,
+    projection: P,
+    options: ConsumerOptions,
+) -> Result<ConsumerActors<P>, ConsumerError> {
+    let pubsub = PubSub::new(config.pubsub.clone());
+    let pool = crate::db::pool(
+        &config.database,
+        &format!("courier-consumer-{}", spec.group),
+    )?;
+    let dead_letters = DeadLetters::new(
+        &pubsub,
+        &spec.dead_letter_topic,
+        &spec.group,
+        &spec.subscription,
+        Duration::from_secs(config.relay.publish_timeout_secs),
+    )
+    .await?;
+    let stats = Arc::new(ConsumerStats::default());
+    let parts = Arc::new(ConsumerParts {
+        projection,
+        settings: config.consumer.clone(),
+        pubsub,
+        pool,
+        inbox: Inbox::new(&config.database.schema),
+        offsets: OffsetStore::new(&config.database.schema, config.consumer.offset_lanes),
+        dead_letters,
+        instance: format!("{}-{}", spec.group, uuid::Uuid::new_v4().simple()),
+        stats: stats.clone(),
+        before_ack: options.before_ack.clone(),
+        offset_lag_metric: m::offset_lag_metric(&spec.group),
+        spec,
+    });
+    let live = Arc::new(LiveProjectors::default());
+    let router_parts = parts.clone();
+    let router_live = live.clone();
+    let router_policy = config.supervision.projector_router;
+    let escalate = options.escalate.clone();
+    let router = Supervisor::start(move |_| {
+        ProjectorRouter::new(
+            router_parts,
+            router_live,
+            Supervision::new("projector_router", "router", router_policy, escalate),
+        )
+    });
+    let receiver_router = router.clone();
+    let receiver_parts = parts.clone();
+    let receiver_policy = config.supervision.receiver;
+    let escalate = options.escalate.clone();
+    let receiver = Supervisor::start(move |_| {
+        let instance = receiver_parts.spec.subscription.clone();
+        Receiver::new(
+            receiver_parts,
+            receiver_router,
+            Supervision::new("receiver", instance, receiver_policy, escalate),
+        )
+    });
+    tracing::info!(
+        consumer_group = %parts.spec.group,
+        subscription = %parts.spec.subscription,
+        streams = parts.settings.streams,
+        "consumer started"
+    );
+    Ok(ConsumerActors {
+        receiver,
+        router,
+        live,
+        stats,
+    })
+}
+
+/// Entry point for running a consumer beside other work.
+pub struct Consumer;
+
+/// A consumer running on its own thread.
+pub struct ConsumerHandle {
+    pub stats: Arc<ConsumerStats>,
+    live: Arc<dyn Fn() -> usize + Send + Sync>,
+    system: actix::System,
+    /// Held so the supervisors keep restarting the actors.
+    _actors: Box<dyn std::any::Any + Send>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Consumer {
+    /// Starts a consumer on a new thread with its own actix System.
+    pub fn spawn<P: Projection>(
+        config: &CourierConfig,
+        spec: ConsumerSpec,
+        projection: P,
+        options: ConsumerOptions,
+    ) -> Result<ConsumerHandle, ConsumerError> {
+        let config = config.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("courier-consumer-{}", spec.group))
+            .spawn(move || {
+                let system = actix::System::new();
+                let started = system.block_on(start(&config, spec, projection, options));
+                let ok = started.is_ok();
+                let _ = ready_tx.send(started.map(|actors| (actix::System::current(), actors)));
+                if ok {
+                    let _ = system.run();
+                }
+            })
+            .map_err(|e| ConsumerError::Start(e.to_string()))?;
+        let (system, actors) = ready_rx
+            .recv()
+            .map_err(|_| ConsumerError::Start("consumer thread exited".into()))??;
+        let live = actors.live.clone();
+        Ok(ConsumerHandle {
+            stats: actors.stats.clone(),
+            live: Arc::new(move || live.len()),
+            system,
+            _actors: Box::new((actors.receiver, actors.router)),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl ConsumerHandle {
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Projectors alive now.
+    pub fn live_projectors(&self) -> usize {
+        (self.live)()
+    }
+
+    /// Stops at once: nothing is acked that was not acked already (what a crash does).
+    pub fn kill(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.system.stop();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ConsumerHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,172 @@
+//! What the receiver hands a projector: the event's metadata from the attributes, the decoded
+//! payload, the original message (kept for dead-lettering) and the handle that acks it.
+
+use crate::outbox::attributes;
+use chrono::{DateTime, Utc};
+use google_cloud_pubsub::model::Message;
+use google_cloud_pubsub::subscriber::handler::Handler;
+use std::collections::HashMap;
+use std::time::Instant;
+use uuid::Uuid;
+
+/// The attributes every event carries, parsed, plus what Pub/Sub says about the delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventMeta {
+    pub event_id: Uuid,
+    pub event_type: String,
+    pub aggregate_id: String,
+    pub aggregate_type: String,
+    pub version: i64,
+    pub occurred_at: DateTime<Utc>,
+    pub schema_version: i32,
+    pub message_id: String,
+    pub ordering_key: String,
+    pub publish_time: DateTime<Utc>,
+    /// 1, 2, … when the subscription has a dead-letter policy; `None` otherwise.
+    pub delivery_attempt: Option<i32>,
+}
+
+/// Why a message cannot become an event. Always permanent: redelivery cannot fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("attribute {0} is missing")]
+    MissingAttribute(&'static str),
+    #[error("attribute {name} is invalid: {reason}")]
+    InvalidAttribute { name: &'static str, reason: String },
+    #[error("unknown schema version {0}")]
+    UnknownSchemaVersion(i32),
+    #[error("payload cannot be decoded as {type_name}: {reason}")]
+    Undecodable {
+        type_name: &'static str,
+        reason: String,
+    },
+}
+
+impl EventMeta {
+    /// Parses the required attributes of `message`.
+    pub fn parse(message: &Message, delivery_attempt: Option<i32>) -> Result<Self, Rejection> {
+        let attrs = &message.attributes;
+        let event_id = required(attrs, attributes::EVENT_ID)?;
+        let version = required(attrs, attributes::VERSION)?;
+        let occurred_at = required(attrs, attributes::OCCURRED_AT)?;
+        let schema_version = required(attrs, attributes::SCHEMA_VERSION)?;
+        let invalid = |name, reason: String| Rejection::InvalidAttribute { name, reason };
+        let meta = EventMeta {
+            event_id: event_id
+                .parse()
+                .map_err(|e| invalid(attributes::EVENT_ID, format!("not a UUID: {e}")))?,
+            event_type: required(attrs, attributes::EVENT_TYPE)?.to_string(),
+            aggregate_id: required(attrs, attributes::AGGREGATE_ID)?.to_string(),
+            aggregate_type: required(attrs, attributes::AGGREGATE_TYPE)?.to_string(),
+            version: version
+                .parse()
+                .ok()
+                .filter(|v| *v >= 1)
+                .ok_or_else(|| invalid(attributes::VERSION, format!("{version:?} is not ≥ 1")))?,
+            occurred_at: DateTime::parse_from_rfc3339(occurred_at)
+                .map_err(|e| invalid(attributes::OCCURRED_AT, format!("not RFC 3339: {e}")))?
+                .with_timezone(&Utc),
+            schema_version: schema_version.parse().map_err(|_| {
+                invalid(
+                    attributes::SCHEMA_VERSION,
+                    format!("{schema_version:?} is not an integer"),
+                )
+            })?,
+            message_id: message.message_id.clone(),
+            ordering_key: message.ordering_key.clone(),
+            publish_time: message
+                .publish_time
+                .as_ref()
+                .and_then(|t| DateTime::from_timestamp(t.seconds(), u32::try_from(t.nanos()).ok()?))
+                .unwrap_or_else(Utc::now),
+            delivery_attempt,
+        };
+        Ok(meta)
+    }
+
+    /// The key a projector serializes on: the ordering key, else the aggregate id.
+    pub fn routing_key(&self) -> &str {
+        if self.ordering_key.is_empty() {
+            &self.aggregate_id
+        } else {
+            &self.ordering_key
+        }
+    }
+}
+
+fn required<'a>(
+    attrs: &'a HashMap<String, String>,
+    name: &'static str,
+) -> Result<&'a str, Rejection> {
+    match attrs.get(name).map(String::as_str) {
+        Some(value) if !value.trim().is_empty() => Ok(value),
+        _ => Err(Rejection::MissingAttribute(name)),
+    }
+}
+
+/// One received event on its way to its projector.
+#[derive(Debug)]
+pub struct Delivery<E> {
+    pub meta: EventMeta,
+    pub event: E,
+    /// The message as received, for the dead-letter topic.
+    pub message: Message,
+    /// Acks or nacks the message; dropping it nacks.
+    pub handler: Handler,
+    pub received_at: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(pairs: &[(&str, &str)]) -> Message {
+        Message::new()
+            .set_message_id("m-1")
+            .set_ordering_key("video-1")
+            .set_attributes(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    fn valid() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("event_id", "0190a8d4-6f6c-7c3e-9d8e-1a2b3c4d5e6f"),
+            ("event_type", "VideoCreated"),
+            ("aggregate_id", "video-1"),
+            ("aggregate_type", "video"),
+            ("version", "3"),
+            ("occurred_at", "2026-11-23T10:00:00.123456Z"),
+            ("schema_version", "1"),
+        ]
+    }
+
+    #[test]
+    fn parses_required_attributes() {
+        let meta = EventMeta::parse(&message(&valid()), Some(2)).expect("valid");
+        assert_eq!(meta.version, 3);
+        assert_eq!(meta.schema_version, 1);
+        assert_eq!(meta.routing_key(), "video-1");
+        assert_eq!(meta.delivery_attempt, Some(2));
+        assert_eq!(meta.occurred_at.timestamp_subsec_micros(), 123_456);
+    }
+
+    #[test]
+    fn names_the_missing_or_bad_attribute() {
+        for (name, bad) in [
+            ("event_id", Some("not-a-uuid")),
+            ("version", Some("0")),
+            ("version", Some("x")),
+            ("occurred_at", Some("yesterday")),
+            ("schema_version", Some("1.5")),
+            ("event_type", None),
+            ("aggregate_id", Some(" ")),
+        ] {
+            let attrs: Vec<(&str, &str)> = valid()
+                .into_iter()
+                .filter(|(k, _)| *k != name)
+                .chain(bad.map(|b| (name, b)))
+                .collect();
+            let err = EventMeta::parse(&message(&attrs), None).expect_err(name);
+            assert!(err.to_string().contains(name), "{name}: {err}");
+        }
+    }
+}

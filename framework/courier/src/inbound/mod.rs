@@ -1,0 +1,26 @@
+//! The read side: from a Pub/Sub subscription into a service's read model, idempotently.
+//!
+//! - [`consumer`]: starts Receiver → ProjectorRouter → Projector per aggregate for one
+//!   subscription and consumer group; how deliveries are acked, nacked or dead-lettered.
+//! - [`receiver`] → [`router`] → [`projector`]: the actors.
+//! - [`projection`]: what a service implements, and the versioned-upsert helper.
+//! - [`delivery`]: an event's metadata (from attributes) and its ack handle.
+//! - [`inbox`], [`offsets`]: deduplication and the consumer's position, in the projection's
+//!   transaction; [`dead_letter`]: the dead-letter topic.
+
+pub mod consumer;
+pub mod dead_letter;
+pub mod delivery;
+pub mod inbox;
+pub mod offsets;
+pub mod projection;
+pub mod projector;
+pub mod receiver;
+pub mod router;
+
+pub use consumer::{
+    Consumer, ConsumerHandle, ConsumerOptions, ConsumerSpec, ConsumerStats, StatsSnapshot,
+};
+pub use delivery::{EventMeta, Rejection};
+pub use offsets::{GroupOffset, OffsetReset, OffsetStore};
+pub use projection::{HandlerError, Projection, UpsertOutcome, VersionedUpsert};

@@ -1,0 +1,208 @@
+//! What a service implements to consume events: a [`Projection`], and the
+//! [`VersionedUpsert`] helper that makes applying an event idempotent and order-safe.
+
+use crate::config::is_identifier;
+use crate::db::DbError;
+use crate::inbound::delivery::EventMeta;
+use std::future::Future;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Transaction;
+
+/// A failed handler call, split the way the projector must react.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// Retrying later can succeed: the message is nacked and redelivered.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// Retrying cannot succeed: the message goes to the dead-letter topic with this reason.
+    #[error("permanent: {0}")]
+    Permanent(String),
+}
+
+impl HandlerError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, HandlerError::Transient(_))
+    }
+}
+
+impl From<DbError> for HandlerError {
+    fn from(error: DbError) -> Self {
+        if error.is_transient() {
+            HandlerError::Transient(error.to_string())
+        } else {
+            HandlerError::Permanent(error.to_string())
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for HandlerError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        DbError::Query {
+            context: "projection handler".into(),
+            error,
+        }
+        .into()
+    }
+}
+
+/// A read model fed by one subscription. The framework decodes the payload, deduplicates
+/// through the inbox, calls [`Projection::apply`] inside the transaction that also saves the
+/// offset, commits, and only then acks.
+pub trait Projection: Send + Sync + 'static {
+    /// The protobuf message the payload decodes to (the service's event envelope).
+    type Event: prost::Message + Default + Unpin + 'static;
+
+    /// Schema versions this projection understands; others are dead-lettered.
+    fn supports_schema_version(&self, schema_version: i32) -> bool {
+        schema_version == 1
+    }
+
+    /// Applies one event in `tx`. Must be idempotent by effect for replays (use
+    /// [`VersionedUpsert`]); must not commit or roll back.
+    fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        meta: &EventMeta,
+        event: &Self::Event,
+    ) -> impl Future<Output = Result<(), HandlerError>>;
+}
+
+/// An `INSERT … ON CONFLICT DO UPDATE` that only overwrites a row when the incoming version is
+/// newer than the stored one, so replays and late duplicates never move a row backwards.
+///
+/// The table needs a `version bigint` column; `key_columns` must be its primary key (or a
+/// unique constraint).
+#[derive(Debug, Clone)]
+pub struct VersionedUpsert {
+    sql: String,
+    params: usize,
+    /// Label of the version-lag gauge (a fixed, small set: the service's tables).
+    table: String,
+}
+
+/// What a versioned upsert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpsertOutcome {
+    /// The row was inserted or overwritten.
+    pub applied: bool,
+    /// The stored version before this upsert, if a row existed.
+    pub previous_version: Option<i64>,
+}
+
+impl VersionedUpsert {
+    /// Builds the statement; names must be plain lowercase identifiers (`table` may be
+    /// schema-qualified as `schema.table`).
+    pub fn new(table: &str, key_columns: &[&str], value_columns: &[&str]) -> Result<Self, String> {
+        let table_ok = table.split('.').count() <= 2 && table.split('.').all(is_identifier);
+        if !table_ok {
+            return Err(format!("table name {table:?} is not a plain identifier"));
+        }
+        if key_columns.is_empty() {
+            return Err("at least one key column is needed".into());
+        }
+        if let Some(bad) = key_columns
+            .iter()
+            .chain(value_columns)
+            .find(|c| !is_identifier(c) || **c == "version")
+        {
+            return Err(format!(
+                "column {bad:?} is not a plain identifier (or is `version`, which is implied)"
+            ));
+        }
+        let columns: Vec<&str> = key_columns
+            .iter()
+            .chain(value_columns)
+            .copied()
+            .chain(["version"])
+            .collect();
+        let placeholders: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
+        let updates: Vec<String> = value_columns
+            .iter()
+            .chain(&["version"])
+            .map(|c| format!("{c} = EXCLUDED.{c}"))
+            .collect();
+        let key_match: Vec<String> = key_columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c} = ${}", i + 1))
+            .collect();
+        // The CTE reads the stored version from the statement's snapshot (before the upsert);
+        // the projector serializes one aggregate's events, so nothing changes it in between.
+        let sql = format!(
+            "WITH previous AS (SELECT version FROM {table} WHERE {keys}), \
+             upserted AS (INSERT INTO {table} ({cols}) VALUES ({vals}) \
+             ON CONFLICT ({key_cols}) DO UPDATE SET {updates} \
+             WHERE {table}.version < EXCLUDED.version RETURNING 1) \
+             SELECT (SELECT count(*) FROM upserted) > 0, (SELECT version FROM previous)",
+            keys = key_match.join(" AND "),
+            cols = columns.join(", "),
+            vals = placeholders.join(", "),
+            key_cols = key_columns.join(", "),
+            updates = updates.join(", "),
+        );
+        Ok(Self {
+            sql,
+            params: columns.len(),
+            table: table.into(),
+        })
+    }
+
+    /// Runs the upsert in `tx` with `values` (key columns, then value columns) at `version`.
+    /// Records the version lag (incoming − stored) of the table.
+    pub async fn execute(
+        &self,
+        tx: &Transaction<'_>,
+        values: &[&(dyn ToSql + Sync)],
+        version: i64,
+    ) -> Result<UpsertOutcome, HandlerError> {
+        if values.len() + 1 != self.params {
+            return Err(HandlerError::Permanent(format!(
+                "versioned upsert on {} takes {} values, got {}",
+                self.table,
+                self.params - 1,
+                values.len()
+            )));
+        }
+        let mut params: Vec<&(dyn ToSql + Sync)> = values.to_vec();
+        params.push(&version);
+        let row = tx.query_one(&self.sql, &params).await?;
+        let outcome = UpsertOutcome {
+            applied: row.get(0),
+            previous_version: row.get(1),
+        };
+        if let Some(previous) = outcome.previous_version {
+            #[allow(clippy::cast_precision_loss)]
+            metrics::gauge!(crate::metrics::PROJECTION_VERSION_LAG, "table" => self.table.clone())
+                .set((version - previous) as f64);
+        }
+        Ok(outcome)
+    }
+
+    /// The statement, for logs and tests.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_a_guarded_upsert() {
+        let upsert = VersionedUpsert::new("app.videos", &["video_id"], &["title"]).expect("valid");
+        assert!(upsert.sql().contains("ON CONFLICT (video_id) DO UPDATE SET title = EXCLUDED.title, version = EXCLUDED.version"));
+        assert!(upsert
+            .sql()
+            .contains("WHERE app.videos.version < EXCLUDED.version"));
+        assert_eq!(upsert.params, 3);
+    }
+
+    #[test]
+    fn refuses_names_that_are_not_identifiers() {
+        assert!(VersionedUpsert::new("videos; drop", &["id"], &[]).is_err());
+        assert!(VersionedUpsert::new("videos", &[], &["title"]).is_err());
+        assert!(VersionedUpsert::new("videos", &["id"], &["Title"]).is_err());
+        assert!(VersionedUpsert::new("videos", &["id"], &["version"]).is_err());
+    }
+}

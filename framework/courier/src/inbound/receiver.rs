@@ -1,0 +1,168 @@
+//! Receiver: the StreamingPull streams of one subscription, through the official client, with
+//! its flow control (max outstanding messages and bytes per stream) and lease extension.
+//!
+//! Each stream runs as one long-lived future that is never cancelled mid-`next()` while the
+//! receiver lives (the emulator strands messages on cancelled streams). A message is turned
+//! into a [`Delivery`] — attributes checked, payload decoded, schema version accepted — and
+//! sent to the router with `send().await`, so a full router mailbox stops the stream from
+//! pulling. A message that cannot become an event is dead-lettered here. When a stream ends
+//! (the subscription is gone, the server closed it) the receiver stops, and its supervisor
+//! restarts it with backoff.
+
+use crate::inbound::consumer::ConsumerParts;
+use crate::inbound::delivery::{Delivery, EventMeta, Rejection};
+use crate::inbound::projection::Projection;
+use crate::inbound::projector::Deliver;
+use crate::inbound::router::ProjectorRouter;
+use crate::supervision::Supervision;
+use actix::prelude::*;
+use google_cloud_pubsub::client::Subscriber;
+use google_cloud_pubsub::model::Message;
+use google_cloud_pubsub::subscriber::handler::Handler as AckHandler;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Receiver<P: Projection> {
+    parts: Arc<ConsumerParts<P>>,
+    router: Addr<ProjectorRouter<P>>,
+    supervision: Supervision,
+}
+
+impl<P: Projection> Receiver<P> {
+    pub fn new(
+        parts: Arc<ConsumerParts<P>>,
+        router: Addr<ProjectorRouter<P>>,
+        supervision: Supervision,
+    ) -> Self {
+        Self {
+            parts,
+            router,
+            supervision,
+        }
+    }
+
+    fn open_streams(&mut self, ctx: &mut Context<Self>) {
+        let parts = self.parts.clone();
+        let delay = std::mem::take(&mut self.supervision.start_delay);
+        ctx.wait(
+            async move {
+                tokio::time::sleep(delay).await;
+                parts.pubsub.subscriber().await
+            }
+            .into_actor(self)
+            .map(|subscriber, act, ctx| match subscriber {
+                Ok(subscriber) => {
+                    let subscriber = Arc::new(subscriber);
+                    for stream in 0..act.parts.settings.streams {
+                        let run =
+                            run_stream(act.parts.clone(), subscriber.clone(), act.router.clone());
+                        ctx.spawn(run.into_actor(act).map(move |(), act, ctx| {
+                            tracing::warn!(
+                                subscription = %act.parts.spec.subscription,
+                                stream,
+                                "stream ended; restarting the receiver"
+                            );
+                            ctx.stop();
+                        }));
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, "cannot build subscriber; restarting the receiver");
+                    ctx.stop();
+                }
+            }),
+        );
+    }
+}
+
+impl<P: Projection> Actor for Receiver<P> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.open_streams(ctx);
+    }
+}
+
+impl<P: Projection> Supervised for Receiver<P> {
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        if !self.supervision.restarting() {
+            // Escalated: the handler ended the process, or (in tests) recorded it; receive
+            // nothing more.
+            self.supervision.start_delay = Duration::from_secs(u64::from(u32::MAX));
+        }
+    }
+}
+
+/// Pulls from one stream until it ends.
+async fn run_stream<P: Projection>(
+    parts: Arc<ConsumerParts<P>>,
+    subscriber: Arc<Subscriber>,
+    router: Addr<ProjectorRouter<P>>,
+) {
+    let settings = &parts.settings;
+    let mut stream = subscriber
+        .subscribe(parts.pubsub.subscription_path(&parts.spec.subscription))
+        .set_max_outstanding_messages(i64::from(settings.max_outstanding_messages))
+        .set_max_outstanding_bytes(
+            i64::try_from(settings.max_outstanding_bytes).unwrap_or(i64::MAX),
+        )
+        .set_max_lease_extension(Duration::from_secs(settings.lease_extension_secs))
+        .build();
+    while let Some(item) = stream.next().await {
+        let (message, handler) = match item {
+            Ok(received) => received,
+            Err(error) => {
+                tracing::warn!(subscription = %parts.spec.subscription, %error, "stream failed");
+                return;
+            }
+        };
+        parts.stats.on_received();
+        match decode(&parts.projection, &message, handler.delivery_attempt()) {
+            Ok((meta, event)) => {
+                let delivery = Delivery {
+                    meta,
+                    event,
+                    message,
+                    handler,
+                    received_at: Instant::now(),
+                };
+                if router.send(Deliver(delivery)).await.is_err() {
+                    // The router is restarting: the delivery was dropped, which nacks it.
+                    tracing::warn!("router unavailable; message nacked");
+                }
+            }
+            Err(rejection) => reject(&parts, message, handler, rejection).await,
+        }
+    }
+}
+
+/// Checks the attributes and the schema version, and decodes the payload.
+pub fn decode<P: Projection>(
+    projection: &P,
+    message: &Message,
+    delivery_attempt: Option<i32>,
+) -> Result<(EventMeta, P::Event), Rejection> {
+    let meta = EventMeta::parse(message, delivery_attempt)?;
+    if !projection.supports_schema_version(meta.schema_version) {
+        return Err(Rejection::UnknownSchemaVersion(meta.schema_version));
+    }
+    let event = <P::Event as prost::Message>::decode(message.data.clone()).map_err(|e| {
+        Rejection::Undecodable {
+            type_name: std::any::type_name::<P::Event>(),
+            reason: e.to_string(),
+        }
+    })?;
+    Ok((meta, event))
+}
+
+async fn reject<P: Projection>(
+    parts: &ConsumerParts<P>,
+    message: Message,
+    handler: AckHandler,
+    rejection: Rejection,
+) {
+    metrics::counter!(crate::metrics::PROJECTION_PROCESS_ERROR_TOTAL).increment(1);
+    parts
+        .dead_letter(&message, handler, &rejection.to_string())
+        .await;
+}
