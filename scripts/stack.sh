@@ -49,7 +49,7 @@ ensure_emulator() {
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     log="${TMPDIR:-/tmp}/courier-emulator-$port.log"
     echo "stack: starting the Pub/Sub emulator on 127.0.0.1:$port (log: $log)" >&2
-    JAVA_OPTS="${JAVA_OPTS:--Xmx768m}" setsid "$launcher" --host=127.0.0.1 --port="$port" >"$log" 2>&1 &
+    JAVA_OPTS="${JAVA_OPTS:--Xmx1g}" setsid "$launcher" --host=127.0.0.1 --port="$port" >"$log" 2>&1 &
     STACK_EMULATOR_PID=$!
     trap stop_emulator EXIT
     for _ in $(seq 1 120); do

@@ -125,7 +125,7 @@ async fn start_emulator() -> anyhow::Result<TestPubSub> {
         .arg(port.to_string())
         .arg(&log)
         .arg(std::process::id().to_string())
-        .env("JAVA_OPTS", "-Xmx512m")
+        .env("JAVA_OPTS", "-Xmx1g")
         .spawn()
         .with_context(|| format!("start {}", launcher.display()))?;
     let host = format!("127.0.0.1:{port}");

@@ -247,7 +247,7 @@ async fn a_failing_commit_moves_neither_the_projection_nor_the_offset() -> anyho
 async fn an_offset_reset_and_seek_rebuilds_the_projection() -> anyhow::Result<()> {
     // The emulator answers UNIMPLEMENTED to Seek on an ordered subscription: this test seeks an
     // unordered one (the versioned upsert keeps replay correct either way).
-    let s = read_setup_with(false, |_| {}).await?;
+    let s = read_setup_with(|sub| sub.ordering = false, |_| {}).await?;
     let consumer = s.spawn(Videos::new(), ConsumerOptions::default());
     let start = chrono::Utc::now() - chrono::Duration::seconds(1);
     let events: Vec<TestEvent> = (0..10)

@@ -136,6 +136,9 @@ pub struct ConsumerParts<P: Projection> {
     pub settings: ConsumerConfig,
     pub pubsub: PubSub,
     pub pool: PgPool,
+    /// One permit per pooled connection: projectors queue here for a transaction, without
+    /// a deadline, rather than time out in the pool while thousands of keys are busy.
+    pub transactions: tokio::sync::Semaphore,
     pub inbox: Inbox,
     pub offsets: OffsetStore,
     pub dead_letters: DeadLetters,
@@ -241,6 +244,7 @@ pub async fn start<P: Projection>(
         settings: config.consumer.clone(),
         pubsub,
         pool,
+        transactions: tokio::sync::Semaphore::new(config.database.pool_size as usize),
         inbox: Inbox::new(&config.database.schema),
         offsets: OffsetStore::new(&config.database.schema, config.consumer.offset_lanes),
         dead_letters,

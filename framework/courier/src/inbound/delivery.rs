@@ -114,6 +114,8 @@ pub struct Delivery<E> {
     /// Acks or nacks the message; dropping it nacks.
     pub handler: Handler,
     pub received_at: Instant,
+    /// The stream's flow-control slot, freed when the delivery is settled and dropped.
+    pub flow_permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 #[cfg(test)]

@@ -241,6 +241,8 @@ async fn apply<P: Projection>(
     group: &[Delivery<P::Event>],
 ) -> Result<usize, TransactionFailure> {
     let group_name = &parts.spec.group;
+    // Held (inside the `Result`) until the transaction ends; the semaphore is never closed.
+    let _slot = parts.transactions.acquire().await;
     let mut client = parts.pool.get().await.map_err(DbError::pool(format!(
         "projection transaction of group {group_name}"
     )))?;

@@ -1,6 +1,12 @@
 //! Receiver: the StreamingPull streams of one subscription, through the official client, with
 //! its flow control (max outstanding messages and bytes per stream) and lease extension.
 //!
+//! Flow control is enforced here too, not only asked of the server: a stream takes a permit
+//! (of `max_outstanding_messages`) before each `next()`, and the permit lives in the delivery
+//! until it is settled. The emulator ignores the server-side setting (9,000 outstanding were
+//! seen for a limit of 1,000); with the permits, unread messages stay in the transport's
+//! bounded window instead of in memory (P7).
+//!
 //! Each stream runs as one long-lived future that is never cancelled mid-`next()` while the
 //! receiver lives (the emulator strands messages on cancelled streams). A message is turned
 //! into a [`Delivery`] — attributes checked, payload decoded, schema version accepted — and
@@ -108,7 +114,16 @@ async fn run_stream<P: Projection>(
         )
         .set_max_lease_extension(Duration::from_secs(settings.lease_extension_secs))
         .build();
-    while let Some(item) = stream.next().await {
+    let flow = Arc::new(tokio::sync::Semaphore::new(
+        settings.max_outstanding_messages as usize,
+    ));
+    loop {
+        let Ok(flow_permit) = flow.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(item) = stream.next().await else {
+            return;
+        };
         let (message, handler) = match item {
             Ok(received) => received,
             Err(error) => {
@@ -125,13 +140,17 @@ async fn run_stream<P: Projection>(
                     message,
                     handler,
                     received_at: Instant::now(),
+                    flow_permit,
                 };
                 if router.send(Deliver(delivery)).await.is_err() {
                     // The router is restarting: the delivery was dropped, which nacks it.
                     tracing::warn!("router unavailable; message nacked");
                 }
             }
-            Err(rejection) => reject(&parts, message, handler, rejection).await,
+            Err(rejection) => {
+                reject(&parts, message, handler, rejection).await;
+                drop(flow_permit);
+            }
         }
     }
 }

@@ -182,12 +182,13 @@ pub struct ReadSetup {
 }
 
 pub async fn read_setup(tweak: impl FnOnce(&mut CourierConfig)) -> anyhow::Result<ReadSetup> {
-    read_setup_with(true, tweak).await
+    read_setup_with(|_| {}, tweak).await
 }
 
-/// `ordered: false` for what the emulator supports only without ordering (Seek).
+/// With a say in the subscription (unordered for Seek, which the emulator supports only
+/// without ordering; no retention for big backlogs).
 pub async fn read_setup_with(
-    ordered: bool,
+    subscription_tweak: impl FnOnce(&mut SubscriptionSpec),
     tweak: impl FnOnce(&mut CourierConfig),
 ) -> anyhow::Result<ReadSetup> {
     courier_testkit::init_logging();
@@ -199,7 +200,7 @@ pub async fn read_setup_with(
     // Short deadlines: the emulator holds a stopped consumer's messages until they expire.
     subscription.ack_deadline_secs = 10;
     subscription.min_retry_backoff = Duration::from_secs(1);
-    subscription.ordering = ordered;
+    subscription_tweak(&mut subscription);
     let created = pubsub.client().provision(&subscription).await?;
     assert_eq!(created.len(), 4, "provisioned {created:?}");
     let dead_letter = subscription
