@@ -4,10 +4,13 @@
 //! - `drain`: the relay's drain rate for a filled outbox, beside the raw ceilings it is bound
 //!   by (the emulator's publish rate through the client directly, PostgreSQL's claim-and-mark).
 //! - `append`: the write path's appends per second with and without the wake-up NOTIFY.
+//! - `project`: the read side's projection rate for a subscription backlog, beside the
+//!   emulator's raw receive-and-ack rate on the same number of streams.
 
 mod append;
 mod drain;
 mod fixtures;
+mod project;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +38,11 @@ enum Command {
     /// Outbox appends per second (1-event transactions) with and without NOTIFY.
     #[command(after_help = "Example:\n  courier-load append --clients 4 --seconds 10")]
     Append(append::AppendArgs),
+    /// Projection rate (committed and acked) vs raw receive-and-ack on the same streams.
+    #[command(
+        after_help = "Example:\n  courier-load project --events 200000 --keys 1000 --streams 4"
+    )]
+    Project(project::ProjectArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +65,7 @@ fn main() -> ExitCode {
         let report = match cli.command {
             Command::Drain(args) => drain::run(args).await?,
             Command::Append(args) => append::run(args).await?,
+            Command::Project(args) => project::run(args).await?,
         };
         anyhow::Ok(report)
     });

@@ -2,9 +2,11 @@
 //!
 //! - `migrate` applies the framework's migrations.
 //! - `relay` runs the outbox relay until SIGINT/SIGTERM, then drains in-flight batches.
+//! - `provision` creates a consumer's topic, subscription and dead-letter topic, idempotently.
 //! - `demo` shows the write side end to end: append events, watch them arrive in order.
 
 mod demo;
+mod provision;
 mod relay;
 
 use clap::{Parser, Subcommand};
@@ -16,7 +18,7 @@ use std::process::ExitCode;
 #[command(
     name = "courier",
     version,
-    about = "Transactional outbox → Pub/Sub relay: run, migrate, demo"
+    about = "Transactional outbox → Pub/Sub → projections: migrate, provision, relay, demo"
 )]
 struct Cli {
     /// Deployment config (TOML); COURIER_<SECTION>__<KEY> variables and PUBSUB_EMULATOR_HOST
@@ -43,6 +45,11 @@ enum Command {
     /// Run the outbox relay until SIGINT or SIGTERM.
     #[command(after_help = "Example:\n  courier relay --migrate --grace-secs 10")]
     Relay(relay::RelayArgs),
+    /// Create a consumer's topic, subscription, dead-letter topic and its keeper (idempotent).
+    #[command(
+        after_help = "Example:\n  courier provision --topic catalog.video.events --consumer engagement --role reader"
+    )]
+    Provision(provision::ProvisionArgs),
     /// Append events through the outbox and watch them arrive on a subscription, in order.
     #[command(after_help = "Example:\n  courier demo --events 2000 --keys 100")]
     Demo(demo::DemoArgs),
@@ -81,6 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Relay(args) => relay::run(config, args).await,
+        Command::Provision(args) => provision::run(config, args).await,
         Command::Demo(args) => demo::run(config, args).await,
     }
 }

@@ -162,10 +162,12 @@ pub struct ConsumerConfig {
     /// Parallel StreamingPull streams per subscription (the emulator paces each stream at
     /// about 2k messages/s; real Pub/Sub spreads a subscription's keys over streams).
     pub streams: u32,
-    /// Flow control per stream: unacked messages the server may have handed to us. Together
-    /// with `streams` this bounds the messages (and memory) held in the process.
+    /// Flow control per stream: unacked messages held in the process (enforced by the
+    /// receiver as well as asked of the server). Together with `streams` this bounds memory.
+    /// More outstanding lets more events of one aggregate share a transaction: 10,000 projected
+    /// about twice as fast as 1,000 in `courier-load project` (1,000 keys).
     pub max_outstanding_messages: u32,
-    /// Flow control per stream: unacked bytes.
+    /// Flow control per stream: unacked payload bytes (at most 4 GiB).
     pub max_outstanding_bytes: u64,
     /// How far the client extends a held message's lease each time (10-600 s); the client
     /// keeps extending while a projector still holds the message.
@@ -190,7 +192,7 @@ impl Default for ConsumerConfig {
     fn default() -> Self {
         Self {
             streams: 2,
-            max_outstanding_messages: 1_000,
+            max_outstanding_messages: 10_000,
             max_outstanding_bytes: 100 * 1024 * 1024,
             lease_extension_secs: 60,
             max_delivery_attempts: 5,
@@ -324,8 +326,11 @@ impl CourierConfig {
         if c.max_outstanding_messages < 1 {
             return invalid("consumer.max_outstanding_messages", "must be at least 1");
         }
-        if c.max_outstanding_bytes < 1024 {
-            return invalid("consumer.max_outstanding_bytes", "must be at least 1024");
+        if !(1024..=u64::from(u32::MAX)).contains(&c.max_outstanding_bytes) {
+            return invalid(
+                "consumer.max_outstanding_bytes",
+                "must be between 1024 and 4294967295",
+            );
         }
         if !(10..=600).contains(&c.lease_extension_secs) {
             return invalid(

@@ -104,6 +104,13 @@ fn required<'a>(
     }
 }
 
+/// A message's share of its stream's flow control.
+#[derive(Debug)]
+pub struct FlowPermit {
+    pub message: tokio::sync::OwnedSemaphorePermit,
+    pub bytes: tokio::sync::OwnedSemaphorePermit,
+}
+
 /// One received event on its way to its projector.
 #[derive(Debug)]
 pub struct Delivery<E> {
@@ -114,8 +121,9 @@ pub struct Delivery<E> {
     /// Acks or nacks the message; dropping it nacks.
     pub handler: Handler,
     pub received_at: Instant,
-    /// The stream's flow-control slot, freed when the delivery is settled and dropped.
-    pub flow_permit: tokio::sync::OwnedSemaphorePermit,
+    /// The stream's flow-control slots (one message, its bytes), freed when the delivery is
+    /// settled and dropped.
+    pub flow_permit: FlowPermit,
 }
 
 #[cfg(test)]

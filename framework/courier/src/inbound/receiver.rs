@@ -2,8 +2,8 @@
 //! its flow control (max outstanding messages and bytes per stream) and lease extension.
 //!
 //! Flow control is enforced here too, not only asked of the server: a stream takes a permit
-//! (of `max_outstanding_messages`) before each `next()`, and the permit lives in the delivery
-//! until it is settled. The emulator ignores the server-side setting (9,000 outstanding were
+//! (of `max_outstanding_messages`) before each `next()` and permits for the message's bytes
+//! (of `max_outstanding_bytes`) after it, and they live in the delivery until it is settled. The emulator ignores the server-side setting (9,000 outstanding were
 //! seen for a limit of 1,000); with the permits, unread messages stay in the transport's
 //! bounded window instead of in memory (P7).
 //!
@@ -16,7 +16,7 @@
 //! restarts it with backoff.
 
 use crate::inbound::consumer::ConsumerParts;
-use crate::inbound::delivery::{Delivery, EventMeta, Rejection};
+use crate::inbound::delivery::{Delivery, EventMeta, FlowPermit, Rejection};
 use crate::inbound::projection::Projection;
 use crate::inbound::projector::Deliver;
 use crate::inbound::router::ProjectorRouter;
@@ -114,11 +114,14 @@ async fn run_stream<P: Projection>(
         )
         .set_max_lease_extension(Duration::from_secs(settings.lease_extension_secs))
         .build();
-    let flow = Arc::new(tokio::sync::Semaphore::new(
+    let messages = Arc::new(tokio::sync::Semaphore::new(
         settings.max_outstanding_messages as usize,
     ));
+    // Validated to fit in u32, the unit `acquire_many` counts in.
+    let max_bytes = u32::try_from(settings.max_outstanding_bytes).unwrap_or(u32::MAX);
+    let bytes = Arc::new(tokio::sync::Semaphore::new(max_bytes as usize));
     loop {
-        let Ok(flow_permit) = flow.clone().acquire_owned().await else {
+        let Ok(message_permit) = messages.clone().acquire_owned().await else {
             return;
         };
         let Some(item) = stream.next().await else {
@@ -132,6 +135,17 @@ async fn run_stream<P: Projection>(
             }
         };
         parts.stats.on_received();
+        // A message bigger than the whole budget waits for everything else, then goes alone.
+        let size = u32::try_from(message.data.len())
+            .unwrap_or(u32::MAX)
+            .clamp(1, max_bytes);
+        let Ok(bytes_permit) = bytes.clone().acquire_many_owned(size).await else {
+            return;
+        };
+        let flow_permit = FlowPermit {
+            message: message_permit,
+            bytes: bytes_permit,
+        };
         match decode(&parts.projection, &message, handler.delivery_attempt()) {
             Ok((meta, event)) => {
                 let delivery = Delivery {

@@ -1,0 +1,297 @@
+//! `project`: how fast the read side turns a subscription backlog into a committed projection,
+//! against the emulator's raw receive-and-ack rate measured in the same run with a bare
+//! subscriber on the same number of streams (the emulator paces each stream).
+//!
+//! One topic, two identical ordered subscriptions created before the backlog is published:
+//! one is drained by bare streams that ack everything, the other by a Courier consumer whose
+//! projection is a versioned upsert per aggregate.
+
+use crate::fixtures::progress;
+use crate::report::{Rate, Ratio, Report};
+use anyhow::Context as _;
+use courier::inbound::{
+    Consumer, ConsumerOptions, ConsumerSpec, EventMeta, HandlerError, Projection, VersionedUpsert,
+};
+use courier::outbox::attributes::{self, RequiredFields};
+use courier::pubsub::SubscriptionSpec;
+use courier_testkit::{test_config, unique_name, TestDb, TestPubSub};
+use futures::stream::{FuturesUnordered, StreamExt};
+use google_cloud_pubsub::model::Message;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_postgres::Transaction;
+
+#[derive(clap::Args)]
+pub struct ProjectArgs {
+    /// Events pre-published to the topic.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=2_000_000))]
+    events: u64,
+    /// Aggregates (ordering keys) they are spread over.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    keys: u64,
+    /// StreamingPull streams, for the consumer and the bare subscriber alike (default: the
+    /// framework's default).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
+    streams: Option<u32>,
+    /// Flow control: messages each stream may hold unacked (default: the framework's
+    /// default). More outstanding means more events of one aggregate waiting together, so
+    /// larger transactions.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_outstanding: Option<u32>,
+    /// Events of one aggregate per transaction (default: the framework's default).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    events_per_transaction: Option<u32>,
+    /// Pooled connections, i.e. projection transactions at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
+    pool_size: u32,
+    /// Give up on either drain after this long.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+}
+
+/// The benchmark's payload.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Change {
+    #[prost(string, tag = "1")]
+    pub title: String,
+}
+
+/// `bench.videos` through the versioned upsert: one statement per event.
+struct BenchVideos {
+    upsert: VersionedUpsert,
+}
+
+impl Projection for BenchVideos {
+    type Event = Change;
+
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        meta: &EventMeta,
+        event: &Change,
+    ) -> Result<(), HandlerError> {
+        self.upsert
+            .execute(tx, &[&meta.aggregate_id, &event.title], meta.version)
+            .await?;
+        Ok(())
+    }
+}
+
+pub async fn run(args: ProjectArgs) -> anyhow::Result<Report> {
+    let pubsub = TestPubSub::get().await?;
+    let db = TestDb::new().await?;
+    db.client()
+        .await?
+        .batch_execute(
+            "CREATE SCHEMA bench;
+             CREATE TABLE bench.videos (video_id text PRIMARY KEY, title text NOT NULL,
+                                        version bigint NOT NULL);",
+        )
+        .await
+        .context("create the benchmark's read model")?;
+    let mut config = test_config(&db, &pubsub);
+    config.database.pool_size = args.pool_size;
+    if let Some(streams) = args.streams {
+        config.consumer.streams = streams;
+    }
+    if let Some(n) = args.max_outstanding {
+        config.consumer.max_outstanding_messages = n;
+    }
+    if let Some(n) = args.events_per_transaction {
+        config.consumer.max_events_per_transaction = n;
+    }
+
+    let topic = unique_name("bench.project");
+    let mut projected = SubscriptionSpec::standard(&topic, "bench", "projector");
+    // The backlog is read once; retaining it would only grow the emulator's heap.
+    projected.retain_acked = false;
+    let raw = SubscriptionSpec {
+        name: format!("{topic}.bench-raw"),
+        dead_letter: None,
+        ..projected.clone()
+    };
+    let client = pubsub.client();
+    client.provision(&projected).await?;
+    client.provision(&raw).await?;
+    publish_backlog(&pubsub, &topic, args.events, args.keys).await?;
+
+    let streams = config.consumer.streams;
+    let raw_rate = raw_receive(&pubsub, &raw.name, streams, args.events, args.timeout_secs).await?;
+
+    let dead_letter_topic = projected
+        .dead_letter
+        .as_ref()
+        .map(|d| d.topic.clone())
+        .context("the standard subscription has a dead-letter topic")?;
+    let projection = BenchVideos {
+        upsert: VersionedUpsert::new("bench.videos", &["video_id"], &["title"])
+            .map_err(anyhow::Error::msg)?,
+    };
+    let bar = progress(args.events, "projected (committed and acked)");
+    let started = Instant::now();
+    let consumer = Consumer::spawn(
+        &config,
+        ConsumerSpec {
+            group: "bench".into(),
+            subscription: projected.name.clone(),
+            dead_letter_topic,
+        },
+        projection,
+        ConsumerOptions::default(),
+    )?;
+    let deadline = started + Duration::from_secs(args.timeout_secs);
+    loop {
+        let stats = consumer.stats();
+        bar.set_position(stats.applied);
+        anyhow::ensure!(
+            stats.dead_lettered == 0,
+            "{} events were dead-lettered; see the log",
+            stats.dead_lettered
+        );
+        if stats.applied >= args.events {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "projection incomplete after {} s: {stats:?}",
+            args.timeout_secs
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let stats = consumer.stats();
+    bar.finish_and_clear();
+    consumer.kill();
+    let projected_rate = Rate::new("projection (committed and acked)", stats.applied, seconds);
+    let ratio = Ratio::to_lowest(
+        "projection / raw receive",
+        &projected_rate,
+        &[&raw_rate],
+        0.7,
+    );
+    Ok(Report {
+        benchmark: "project: consumer vs raw receive-and-ack".into(),
+        parameters: vec![
+            ("events".into(), args.events.to_string()),
+            ("keys".into(), args.keys.to_string()),
+            ("streams".into(), streams.to_string()),
+            (
+                "events_per_transaction".into(),
+                config.consumer.max_events_per_transaction.to_string(),
+            ),
+            (
+                "max_outstanding".into(),
+                config.consumer.max_outstanding_messages.to_string(),
+            ),
+            ("pool_size".into(), args.pool_size.to_string()),
+            (
+                "redelivered_duplicates".into(),
+                stats.duplicates.to_string(),
+            ),
+        ],
+        rates: vec![raw_rate, projected_rate],
+        ratios: vec![ratio],
+    })
+}
+
+/// Publishes `count` events round-robin over `keys` ordering keys, with the framework's
+/// attributes, keeping at most 10,000 unacknowledged.
+async fn publish_backlog(
+    pubsub: &TestPubSub,
+    topic: &str,
+    count: u64,
+    keys: u64,
+) -> anyhow::Result<()> {
+    let publisher = pubsub
+        .client()
+        .publisher(topic, courier::outbox::publisher::CLIENT_BATCH_DELAY)
+        .await?;
+    let bar = progress(count, "published (backlog)");
+    let mut pending: FuturesUnordered<google_cloud_pubsub::publisher::PublishFuture> =
+        FuturesUnordered::new();
+    for i in 0..count {
+        let key = format!("video-{:06}", i % keys);
+        let version = i64::try_from(i / keys).unwrap_or(i64::MAX - 1) + 1;
+        let data = prost::Message::encode_to_vec(&Change {
+            title: format!("{key} at {version} {}", "x".repeat(160)),
+        });
+        let message = Message::new()
+            .set_data(data)
+            .set_ordering_key(key.clone())
+            .set_attributes(attributes::build(
+                RequiredFields {
+                    event_id: uuid::Uuid::now_v7(),
+                    event_type: "VideoUpdated",
+                    aggregate_id: &key,
+                    aggregate_type: "video",
+                    version,
+                    occurred_at: chrono::Utc::now(),
+                    schema_version: 1,
+                },
+                [],
+            ));
+        if pending.len() >= 10_000 {
+            if let Some(result) = pending.next().await {
+                result.context("publish the backlog")?;
+                bar.inc(1);
+            }
+        }
+        pending.push(publisher.publish(message));
+    }
+    while let Some(result) = pending.next().await {
+        result.context("publish the backlog")?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// The emulator's ceiling: `streams` bare streams that ack every message on receipt.
+async fn raw_receive(
+    pubsub: &TestPubSub,
+    subscription: &str,
+    streams: u32,
+    total: u64,
+    timeout_secs: u64,
+) -> anyhow::Result<Rate> {
+    let client = pubsub.client();
+    let subscriber = Arc::new(client.subscriber().await?);
+    let received = Arc::new(AtomicU64::new(0));
+    let bar = progress(total, "received and acked (raw client)");
+    let started = Instant::now();
+    for _ in 0..streams {
+        let mut stream = subscriber
+            .subscribe(client.subscription_path(subscription))
+            .build();
+        let received = received.clone();
+        // Left running when the count is reached: cancelling a stream mid-`next()` strands
+        // messages in the emulator, and the subscription is not used again.
+        tokio::spawn(async move {
+            while let Some(Ok((_message, handler))) = stream.next().await {
+                handler.ack();
+                received.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let deadline = started + Duration::from_secs(timeout_secs);
+    loop {
+        let n = received.load(Ordering::Relaxed);
+        bar.set_position(n);
+        if n >= total {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "raw receive got {n} of {total} in {timeout_secs} s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    Ok(Rate::new(
+        &format!("emulator raw receive+ack ({streams} streams)"),
+        received.load(Ordering::Relaxed),
+        seconds,
+    ))
+}
