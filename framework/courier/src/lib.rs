@@ -7,6 +7,8 @@
 //!   actors: NotifyListener → ShardOwner → Claimer per shard → Publisher per ordering key.
 //! - [`inbound`]: the read side: Receiver (StreamingPull) → ProjectorRouter → Projector per
 //!   aggregate; inbox, offsets, dead letters, and the `Projection` trait services implement.
+//! - [`keyed_actors`]: the registry of per-key actors (key publishers, projectors) created on
+//!   demand and passivated when idle.
 //! - [`supervision`]: restart policies (budget within a window, backoff, escalation).
 //! - [`migrate`]: versioned SQL migrations from `migrations/`.
 //! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections; Pub/Sub clients that honour
@@ -18,6 +20,7 @@ pub mod backoff;
 pub mod config;
 pub mod db;
 pub mod inbound;
+pub mod keyed_actors;
 pub mod metrics;
 pub mod migrate;
 pub mod outbox;

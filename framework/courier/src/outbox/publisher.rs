@@ -12,6 +12,7 @@
 //! failed row's own retry lifts the park. The client pauses a key after an error; the actor
 //! resumes it just before handing over the next row it admits.
 
+use crate::keyed_actors::{KeyedActors, Refused};
 use crate::outbox::attributes::{self, RequiredFields};
 use crate::outbox::store::ClaimedRow;
 use crate::pubsub::{is_transient_rpc, PubSub};
@@ -102,20 +103,13 @@ pub struct PublisherSettings {
     pub fault: Option<PublishFault>,
 }
 
-/// A live key publisher and how many messages are on their way into its mailbox.
-#[derive(Clone)]
-struct LiveKey {
-    addr: Addr<KeyPublisher>,
-    queued: Arc<AtomicUsize>,
-}
-
 /// The registry: live key publishers and one client per topic.
 pub struct Publishers {
     pubsub: PubSub,
     settings: PublisherSettings,
     /// One client per topic, built once even when many keys ask at the same time.
     clients: DashMap<String, Arc<OnceCell<Publisher>>>,
-    live: Arc<DashMap<PublisherKey, LiveKey>>,
+    live: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
 }
 
 impl Publishers {
@@ -124,7 +118,7 @@ impl Publishers {
             pubsub,
             settings,
             clients: DashMap::new(),
-            live: Arc::new(DashMap::new()),
+            live: Arc::default(),
         }
     }
 
@@ -157,9 +151,9 @@ impl Publishers {
 
     /// Tells the key's actor (if it is still live) that a failure is recorded.
     pub fn failure_recorded(&self, key: PublisherKey, version: i64, at: Instant) {
-        if let Some(live) = self.live.get(&key) {
+        if let Some(addr) = self.live.get(&key) {
             // Best effort: an unrecorded park expires on its own.
-            let _ = live.addr.try_send(FailureRecorded { version, at });
+            let _ = addr.try_send(FailureRecorded { version, at });
         }
     }
 
@@ -170,51 +164,38 @@ impl Publishers {
         claimed_at: Instant,
     ) -> Option<oneshot::Receiver<Vec<PublishOutcome>>> {
         let (reply, receiver) = oneshot::channel();
-        let mut message = PublishRows {
+        let message = PublishRows {
             rows,
             claimed_at,
             reply,
         };
-        // Twice: a publisher that passivated after the lookup has a closed mailbox.
-        for _ in 0..2 {
-            // The entry lock makes "enqueue" and "passivate" exclusive: an actor leaves the
-            // registry only with nothing queued for it.
-            let mut entry = self
-                .live
-                .entry(key.clone())
-                .or_insert_with(|| self.start_key_publisher(&key));
-            let live = entry.value_mut();
-            live.queued.fetch_add(1, Ordering::SeqCst);
-            match live.addr.try_send(message) {
-                Ok(()) => return Some(receiver),
-                Err(SendError::Full(_)) => {
-                    // Cannot happen while claimers respect max_in_flight_batches; if it does,
-                    // the rows go back untried rather than out of order.
-                    live.queued.fetch_sub(1, Ordering::SeqCst);
-                    tracing::warn!(ordering_key = %key.ordering_key, "key publisher mailbox full; rows given back");
-                    return None;
-                }
-                Err(SendError::Closed(returned)) => {
-                    live.queued.fetch_sub(1, Ordering::SeqCst);
-                    message = returned;
-                    drop(entry);
-                    self.live.remove(&key);
-                }
+        match self.live.send(&key, message, |queued| {
+            self.start_key_publisher(&key, queued)
+        }) {
+            Ok(()) => Some(receiver),
+            Err(Refused::Full(_)) => {
+                // Cannot happen while claimers respect max_in_flight_batches; if it does,
+                // the rows go back untried rather than out of order.
+                tracing::warn!(ordering_key = %key.ordering_key, "key publisher mailbox full; rows given back");
+                None
             }
+            Err(Refused::Closed(_)) => None,
         }
-        None
     }
 
-    fn start_key_publisher(&self, key: &PublisherKey) -> LiveKey {
+    fn start_key_publisher(
+        &self,
+        key: &PublisherKey,
+        queued: Arc<AtomicUsize>,
+    ) -> Addr<KeyPublisher> {
         let client = self.clients.entry(key.topic.clone()).or_default().clone();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let addr = KeyPublisher {
+        KeyPublisher {
             key: key.clone(),
             client,
             pubsub: self.pubsub.clone(),
             settings: self.settings.clone(),
             registry: self.live.clone(),
-            queued: queued.clone(),
+            queued,
             waiting: VecDeque::new(),
             connecting: false,
             in_flight: 0,
@@ -222,8 +203,7 @@ impl Publishers {
             paused: false,
             last_active: Instant::now(),
         }
-        .start();
-        LiveKey { addr, queued }
+        .start()
     }
 }
 
@@ -268,7 +248,7 @@ pub struct KeyPublisher {
     pubsub: PubSub,
     settings: PublisherSettings,
     /// To leave the registry when passivating.
-    registry: Arc<DashMap<PublisherKey, LiveKey>>,
+    registry: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
     queued: Arc<AtomicUsize>,
     /// Batches received while the topic's client is being built, in order.
     waiting: VecDeque<PublishRows>,
@@ -305,12 +285,7 @@ impl KeyPublisher {
         if !idle {
             return;
         }
-        let me = ctx.address();
-        let queued = self.queued.clone();
-        let removed = self.registry.remove_if(&self.key, |_, live| {
-            live.addr == me && queued.load(Ordering::SeqCst) == 0
-        });
-        if removed.is_some() {
+        if self.registry.leave_if_idle(&self.key, &ctx.address()) {
             ctx.stop();
         }
     }

@@ -1,0 +1,136 @@
+//! A registry of per-key actors created on demand and passivated when idle: the key publishers
+//! of the relay and the projectors of a consumer.
+//!
+//! The one subtle rule lives here: a message handed to a key's actor must never be lost to
+//! that actor passivating at the same moment. Each live actor has a `queued` counter of
+//! messages handed to it and not yet finished; it is raised under the registry entry's lock
+//! before the hand-over, and an actor leaves the registry only under that same lock with the
+//! counter at zero. So "hand over" and "leave" exclude each other, and a message that finds a
+//! just-stopped actor (closed mailbox) is handed to a fresh one instead.
+
+use actix::prelude::*;
+use dashmap::DashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A live actor and the messages handed to it and not yet finished.
+struct Live<A: Actor> {
+    addr: Addr<A>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// Why a message was not handed over; the message comes back to the caller.
+#[derive(Debug)]
+pub enum Refused<M> {
+    /// The actor's mailbox is full.
+    Full(M),
+    /// The actor stopped, and so did the one started in its place.
+    Closed(M),
+}
+
+pub struct KeyedActors<K, A: Actor> {
+    map: DashMap<K, Live<A>>,
+}
+
+impl<K: Eq + Hash + Clone, A: Actor> Default for KeyedActors<K, A> {
+    fn default() -> Self {
+        Self {
+            map: DashMap::new(),
+        }
+    }
+}
+
+impl<K, A> KeyedActors<K, A>
+where
+    K: Eq + Hash + Clone,
+    A: Actor<Context = Context<A>>,
+{
+    /// Actors alive now.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.contains_key(key)
+    }
+
+    /// The live actor of `key`, if any.
+    pub fn get(&self, key: &K) -> Option<Addr<A>> {
+        self.map.get(key).map(|live| live.addr.clone())
+    }
+
+    /// Hands `message` to `key`'s actor now (so calls made in some order reach the actor in
+    /// that order), starting one with `start` if none is live. `start` receives the counter
+    /// the actor must lower by one for each message it finished with.
+    pub fn send<M>(
+        &self,
+        key: &K,
+        message: M,
+        mut start: impl FnMut(Arc<AtomicUsize>) -> Addr<A>,
+    ) -> Result<(), Refused<M>>
+    where
+        A: Handler<M>,
+        M: Message + Send + 'static,
+        M::Result: Send,
+    {
+        let mut message = message;
+        // Twice: an actor that passivated after the lookup has a closed mailbox.
+        for _ in 0..2 {
+            let entry = self.map.entry(key.clone()).or_insert_with(|| {
+                let queued = Arc::new(AtomicUsize::new(0));
+                Live {
+                    addr: start(queued.clone()),
+                    queued,
+                }
+            });
+            entry.queued.fetch_add(1, Ordering::SeqCst);
+            match entry.addr.try_send(message) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Full(returned)) => {
+                    entry.queued.fetch_sub(1, Ordering::SeqCst);
+                    return Err(Refused::Full(returned));
+                }
+                Err(SendError::Closed(returned)) => {
+                    entry.queued.fetch_sub(1, Ordering::SeqCst);
+                    message = returned;
+                    let closed = entry.addr.clone();
+                    drop(entry);
+                    self.map.remove_if(key, |_, live| live.addr == closed);
+                }
+            }
+        }
+        Err(Refused::Closed(message))
+    }
+
+    /// Removes `key`'s actor if it is `addr` and has nothing queued; true if removed (the
+    /// actor then stops). Called by the actor itself when idle.
+    pub fn leave_if_idle(&self, key: &K, addr: &Addr<A>) -> bool {
+        self.map
+            .remove_if(key, |_, live| {
+                live.addr == *addr && live.queued.load(Ordering::SeqCst) == 0
+            })
+            .is_some()
+    }
+
+    /// Removes one actor with nothing queued, to make room under a cap; the caller tells it
+    /// to stop.
+    pub fn evict_one_idle(&self) -> Option<Addr<A>> {
+        let idle_key = self
+            .map
+            .iter()
+            .find(|e| e.queued.load(Ordering::SeqCst) == 0)
+            .map(|e| e.key().clone())?;
+        self.map
+            .remove_if(&idle_key, |_, live| live.queued.load(Ordering::SeqCst) == 0)
+            .map(|(_, live)| live.addr)
+    }
+}
