@@ -13,6 +13,7 @@
 //! - [`migrate`]: versioned SQL migrations from `migrations/`.
 //! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections; Pub/Sub clients that honour
 //!   the emulator, and idempotent provisioning.
+//! - [`system_thread`]: a relay or consumer on its own thread and actix System.
 //! - [`config`]: the deployment config with `COURIER_*` overrides.
 //! - [`backoff`]: exponential backoff with full jitter; [`metrics`]: metric names and exporter.
 
@@ -26,5 +27,6 @@ pub mod migrate;
 pub mod outbox;
 pub mod pubsub;
 pub mod supervision;
+pub mod system_thread;
 
 pub use config::CourierConfig;

@@ -2,9 +2,8 @@
 //! one consumer group, each actor supervised; plus the parts they share and how a delivery is
 //! settled (ack, nack, or dead-letter then ack).
 //!
-//! [`Consumer::spawn`] runs the actors on their own thread and actix System, so a process (or
-//! a test) can run several beside other work and stop one abruptly with
-//! [`ConsumerHandle::kill`] — which drops every stream and unacked message like `kill -9`.
+//! [`Consumer::spawn`] runs the actors on their own thread and actix System
+//! ([`SystemThread`]); [`ConsumerHandle::kill`] stops it abruptly, like a crash.
 
 use crate::config::{ConsumerConfig, CourierConfig};
 use crate::db::{DbError, PgPool};
@@ -18,6 +17,7 @@ use crate::inbound::router::{LiveProjectors, ProjectorRouter};
 use crate::metrics as m;
 use crate::pubsub::{PubSub, PubSubError};
 use crate::supervision::{exit_process_on_escalation, EscalationHandler, Supervision};
+use crate::system_thread::{SystemThread, ThreadStartError};
 use actix::prelude::*;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,8 +62,8 @@ pub enum ConsumerError {
     Db(#[from] DbError),
     #[error(transparent)]
     PubSub(#[from] PubSubError),
-    #[error("consumer thread failed to start: {0}")]
-    Start(String),
+    #[error(transparent)]
+    Start(#[from] ThreadStartError),
 }
 
 /// Counters of one consumer, for tests, the CLI and the load tests (metrics carry the same).
@@ -123,6 +123,16 @@ impl ConsumerStats {
         metrics::gauge!(m::RECEIVER_OUTSTANDING_MESSAGES).increment(1.0);
     }
 
+    fn on_acked(&self) {
+        self.acked.fetch_add(1, Ordering::Relaxed);
+        self.on_settled();
+    }
+
+    fn on_nacked(&self) {
+        self.nacked.fetch_add(1, Ordering::Relaxed);
+        self.on_settled();
+    }
+
     fn on_settled(&self) {
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
         metrics::gauge!(m::RECEIVER_OUTSTANDING_MESSAGES).decrement(1.0);
@@ -156,15 +166,13 @@ impl<P: Projection> ConsumerParts<P> {
         metrics::histogram!(m::PROJECTION_PROCESS_LATENCY)
             .record(delivery.received_at.elapsed().as_secs_f64());
         delivery.handler.ack();
-        self.stats.acked.fetch_add(1, Ordering::Relaxed);
-        self.stats.on_settled();
+        self.stats.on_acked();
     }
 
     /// Gives a delivery back to Pub/Sub for redelivery.
     pub(crate) fn nack<E>(&self, delivery: Delivery<E>) {
         delivery.handler.nack();
-        self.stats.nacked.fetch_add(1, Ordering::Relaxed);
-        self.stats.on_settled();
+        self.stats.on_nacked();
     }
 
     /// Publishes the message to the dead-letter topic with `reason`, then acks it; if the
@@ -190,8 +198,7 @@ impl<P: Projection> ConsumerParts<P> {
                 handler.ack();
                 metrics::counter!(m::PROJECTION_DEAD_LETTERED_TOTAL).increment(1);
                 self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                self.stats.acked.fetch_add(1, Ordering::Relaxed);
-                self.stats.on_settled();
+                self.stats.on_acked();
                 true
             }
             Err(error) => {
@@ -202,8 +209,7 @@ impl<P: Projection> ConsumerParts<P> {
                     "dead-letter publish failed; message nacked for redelivery"
                 );
                 handler.nack();
-                self.stats.nacked.fetch_add(1, Ordering::Relaxed);
-                self.stats.on_settled();
+                self.stats.on_nacked();
                 false
             }
         }
@@ -299,10 +305,9 @@ pub struct Consumer;
 pub struct ConsumerHandle {
     pub stats: Arc<ConsumerStats>,
     live: Arc<dyn Fn() -> usize + Send + Sync>,
-    system: actix::System,
+    thread: SystemThread,
     /// Held so the supervisors keep restarting the actors.
     _actors: Box<dyn std::any::Any + Send>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Consumer {
@@ -314,29 +319,16 @@ impl Consumer {
         options: ConsumerOptions,
     ) -> Result<ConsumerHandle, ConsumerError> {
         let config = config.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name(format!("courier-consumer-{}", spec.group))
-            .spawn(move || {
-                let system = actix::System::new();
-                let started = system.block_on(start(&config, spec, projection, options));
-                let ok = started.is_ok();
-                let _ = ready_tx.send(started.map(|actors| (actix::System::current(), actors)));
-                if ok {
-                    let _ = system.run();
-                }
-            })
-            .map_err(|e| ConsumerError::Start(e.to_string()))?;
-        let (system, actors) = ready_rx
-            .recv()
-            .map_err(|_| ConsumerError::Start("consumer thread exited".into()))??;
+        let name = format!("courier-consumer-{}", spec.group);
+        let (thread, actors) = SystemThread::spawn(&name, move || async move {
+            start(&config, spec, projection, options).await
+        })?;
         let live = actors.live.clone();
         Ok(ConsumerHandle {
             stats: actors.stats.clone(),
             live: Arc::new(move || live.len()),
-            system,
+            thread,
             _actors: Box::new((actors.receiver, actors.router)),
-            thread: Some(thread),
         })
     }
 }
@@ -353,19 +345,6 @@ impl ConsumerHandle {
 
     /// Stops at once: nothing is acked that was not acked already (what a crash does).
     pub fn kill(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.system.stop();
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for ConsumerHandle {
-    fn drop(&mut self) {
-        self.stop();
+        self.thread.stop();
     }
 }

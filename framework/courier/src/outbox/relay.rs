@@ -1,8 +1,7 @@
 //! The relay: wires NotifyListener → ShardOwner → Claimers → Publishers, each supervised.
 //!
-//! [`Relay::spawn`] runs the actor tree on its own thread and actix System, so a process (or a
-//! test) can run it beside other work and stop it abruptly with [`RelayHandle::kill`] — which
-//! drops every connection and in-flight publish like `kill -9` would, minus the process exit.
+//! [`Relay::spawn`] runs the actor tree on its own thread and actix System
+//! ([`SystemThread`]); [`RelayHandle::kill`] stops it abruptly, like a crash.
 
 use crate::config::CourierConfig;
 use crate::db::DbError;
@@ -14,6 +13,7 @@ use crate::outbox::shard_owner::{ClaimerParts, OwnedShards, ReleaseAll, ShardOwn
 use crate::outbox::store::OutboxStore;
 use crate::pubsub::PubSub;
 use crate::supervision::{exit_process_on_escalation, EscalationHandler, Supervision};
+use crate::system_thread::{SystemThread, ThreadStartError};
 use actix::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,8 +43,8 @@ impl Default for RelayOptions {
 pub enum RelayError {
     #[error(transparent)]
     Db(#[from] DbError),
-    #[error("relay thread failed to start: {0}")]
-    Start(String),
+    #[error(transparent)]
+    Start(#[from] ThreadStartError),
 }
 
 /// The running actor tree, for callers inside its actix System.
@@ -113,12 +113,11 @@ pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActor
 /// A relay running on its own thread.
 pub struct RelayHandle {
     pub instance_id: Uuid,
-    system: actix::System,
+    thread: SystemThread,
     shard_owner: Addr<ShardOwner>,
     /// Held so the supervisor keeps restarting the listener: an actix supervisor gives up on
     /// an actor nobody holds an address of.
     _listener: Addr<NotifyListener>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Entry point for running a relay beside other work.
@@ -128,28 +127,16 @@ impl Relay {
     /// Starts a relay on a new thread with its own actix System.
     pub fn spawn(config: &CourierConfig, options: RelayOptions) -> Result<RelayHandle, RelayError> {
         let config = config.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("courier-relay".into())
-            .spawn(move || {
-                let system = actix::System::new();
-                let started = system.block_on(async { start(&config, options) });
-                let ok = started.is_ok();
-                let _ = ready_tx.send(started.map(|actors| (actix::System::current(), actors)));
-                if ok {
-                    let _ = system.run();
-                }
-            })
-            .map_err(|e| RelayError::Start(e.to_string()))?;
-        let (system, actors) = ready_rx
-            .recv()
-            .map_err(|_| RelayError::Start("relay thread exited".into()))??;
+        let (thread, actors) =
+            SystemThread::spawn(
+                "courier-relay",
+                move || async move { start(&config, options) },
+            )?;
         Ok(RelayHandle {
             instance_id: actors.instance_id,
-            system,
+            thread,
             shard_owner: actors.shard_owner,
             _listener: actors.listener,
-            thread: Some(thread),
         })
     }
 }
@@ -162,10 +149,7 @@ impl RelayHandle {
 
     /// Stops at once: nothing is drained or marked (what a crash does).
     pub fn kill(mut self) {
-        self.system.stop();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.thread.stop();
     }
 
     /// Stops claiming, waits (up to `grace`) for in-flight batches to be marked, then stops.
@@ -176,14 +160,5 @@ impl RelayHandle {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.kill();
-    }
-}
-
-impl Drop for RelayHandle {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            self.system.stop();
-            let _ = thread.join();
-        }
     }
 }
