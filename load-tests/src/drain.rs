@@ -5,7 +5,7 @@
 //! - PostgreSQL's raw claim-and-mark: one statement claiming 200 rows `FOR UPDATE SKIP LOCKED`
 //!   and marking them published, no publishing.
 
-use crate::fixtures::{events, fill, progress, set_shards_idle};
+use crate::fixtures::{events, fill, poll_until_done, progress, set_shards_idle};
 use crate::report::{Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes;
@@ -239,32 +239,29 @@ async fn relay_drain(
     let pending_sql = "SELECT count(*) FILTER (WHERE dead_at IS NULL),
                               count(*) FILTER (WHERE dead_at IS NOT NULL)
                        FROM courier.outbox WHERE published_at IS NULL";
-    let bar = progress(total, "published by the relay");
     let started = Instant::now();
     let relay = Relay::spawn(config, RelayOptions::default())?;
-    let deadline = started + Duration::from_secs(timeout_secs);
-    loop {
-        let row = conn
-            .query_one(pending_sql, &[])
-            .await
-            .context("relay progress")?;
-        let (pending, dead): (i64, i64) = (row.get(0), row.get(1));
-        anyhow::ensure!(
-            dead == 0,
-            "{dead} rows went dead during the drain; see the relay's log"
-        );
-        bar.set_position(total.saturating_sub(u64::try_from(pending).unwrap_or(0)));
-        if pending == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the relay left {pending} rows after {timeout_secs} s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    bar.finish_and_clear();
+    let conn = &conn;
+    let seconds = poll_until_done(
+        started,
+        total,
+        "published by the relay",
+        Duration::from_secs(timeout_secs),
+        Duration::from_millis(200),
+        || async move {
+            let row = conn
+                .query_one(pending_sql, &[])
+                .await
+                .context("relay progress")?;
+            let (pending, dead): (i64, i64) = (row.get(0), row.get(1));
+            anyhow::ensure!(
+                dead == 0,
+                "{dead} rows went dead during the drain; see the relay's log"
+            );
+            Ok(total.saturating_sub(u64::try_from(pending).unwrap_or(0)))
+        },
+    )
+    .await?;
     relay.shutdown(Duration::from_secs(5)).await;
     Ok(Rate::new("relay drain (outbox → emulator)", total, seconds))
 }

@@ -6,6 +6,8 @@ use courier::outbox::{NewEvent, Outbox};
 use courier::CourierConfig;
 use courier_testkit::TestDb;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 /// `count` events round-robin over `keys` aggregates (versions 1, 2, … per key), ~200-byte
 /// payloads, all for `topic`.
@@ -67,4 +69,38 @@ pub fn progress(len: u64, what: &str) -> ProgressBar {
         bar.set_style(style.progress_chars("=> "));
     }
     bar
+}
+
+/// Polls `done` every `every` until it reports `total`, moving a progress bar labelled `what`;
+/// fails with how far it got once `timeout` has passed since `started`. Returns the seconds
+/// from `started` to done.
+pub async fn poll_until_done<F, Fut>(
+    started: Instant,
+    total: u64,
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut done: F,
+) -> anyhow::Result<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<u64>>,
+{
+    let bar = progress(total, what);
+    let deadline = started + timeout;
+    loop {
+        let n = done().await?;
+        bar.set_position(n);
+        if n >= total {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what}: {n} of {total} after {timeout:?}"
+        );
+        tokio::time::sleep(every).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    Ok(seconds)
 }

@@ -6,7 +6,7 @@
 //! one is drained by bare streams that ack everything, the other by a Courier consumer whose
 //! projection is a versioned upsert per aggregate.
 
-use crate::fixtures::progress;
+use crate::fixtures::{poll_until_done, progress};
 use crate::report::{Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::inbound::{
@@ -128,7 +128,6 @@ pub async fn run(args: ProjectArgs) -> anyhow::Result<Report> {
         upsert: VersionedUpsert::new("bench.videos", &["video_id"], &["title"])
             .map_err(anyhow::Error::msg)?,
     };
-    let bar = progress(args.events, "projected (committed and acked)");
     let started = Instant::now();
     let consumer = Consumer::spawn(
         &config,
@@ -140,29 +139,25 @@ pub async fn run(args: ProjectArgs) -> anyhow::Result<Report> {
         projection,
         ConsumerOptions::default(),
     )?;
-    let deadline = started + Duration::from_secs(args.timeout_secs);
-    loop {
-        let stats = consumer.stats();
-        bar.set_position(stats.applied);
-        anyhow::ensure!(
-            stats.dead_lettered == 0,
-            "{} events were dead-lettered; see the log",
-            stats.dead_lettered
-        );
-        if stats.applied >= args.events {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "projection incomplete after {} s: {stats:?}",
-            args.timeout_secs
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
+    let consumer = &consumer;
+    let seconds = poll_until_done(
+        started,
+        args.events,
+        "projected (committed and acked)",
+        Duration::from_secs(args.timeout_secs),
+        Duration::from_millis(50),
+        || async move {
+            let stats = consumer.stats();
+            anyhow::ensure!(
+                stats.dead_lettered == 0,
+                "{} events were dead-lettered; see the log",
+                stats.dead_lettered
+            );
+            Ok(stats.applied)
+        },
+    )
+    .await?;
     let stats = consumer.stats();
-    bar.finish_and_clear();
-    consumer.kill();
     let projected_rate = Rate::new("projection (committed and acked)", stats.applied, seconds);
     let ratio = Ratio::to_lowest(
         "projection / raw receive",
@@ -258,7 +253,6 @@ async fn raw_receive(
     let client = pubsub.client();
     let subscriber = Arc::new(client.subscriber().await?);
     let received = Arc::new(AtomicU64::new(0));
-    let bar = progress(total, "received and acked (raw client)");
     let started = Instant::now();
     for _ in 0..streams {
         let mut stream = subscriber
@@ -274,21 +268,16 @@ async fn raw_receive(
             }
         });
     }
-    let deadline = started + Duration::from_secs(timeout_secs);
-    loop {
-        let n = received.load(Ordering::Relaxed);
-        bar.set_position(n);
-        if n >= total {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "raw receive got {n} of {total} in {timeout_secs} s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    bar.finish_and_clear();
+    let received_so_far = &received;
+    let seconds = poll_until_done(
+        started,
+        total,
+        "received and acked (raw client)",
+        Duration::from_secs(timeout_secs),
+        Duration::from_millis(20),
+        || async move { Ok(received_so_far.load(Ordering::Relaxed)) },
+    )
+    .await?;
     Ok(Rate::new(
         &format!("emulator raw receive+ack ({streams} streams)"),
         received.load(Ordering::Relaxed),
