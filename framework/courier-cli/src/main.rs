@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         Command::Demo(_) => "warn",
         _ => "info",
     };
-    init_logging(cli.log_json, default_level);
+    courier::telemetry::init_logging(cli.log_json, default_level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -113,17 +113,4 @@ async fn migrate(config: &CourierConfig) -> anyhow::Result<String> {
         "migrations in schema {}: {applied}; {} were already applied",
         config.database.schema, report.already_applied
     ))
-}
-
-fn init_logging(json: bool, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

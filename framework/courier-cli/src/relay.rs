@@ -23,18 +23,8 @@ pub async fn run(config: CourierConfig, args: RelayArgs) -> anyhow::Result<()> {
     }
     let relay = Relay::spawn(&config, RelayOptions::default())?;
     tracing::info!(instance = %relay.instance_id, "relay running; SIGINT or SIGTERM stops it");
-    shutdown_signal().await?;
+    courier::service::cli::wait_for_signal().await;
     tracing::info!("stopping: releasing shards and draining in-flight batches");
     relay.shutdown(Duration::from_secs(args.grace_secs)).await;
-    Ok(())
-}
-
-async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate())?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result?,
-        _ = terminate.recv() => {}
-    }
     Ok(())
 }

@@ -82,6 +82,22 @@ impl TestDb {
         })
     }
 
+    /// The database as a service sees it: schema `schema`, owned by a role of this test
+    /// (`<database>_<schema>`, dropped with the database) that the service connects as;
+    /// `admin_url` is the test's superuser connection, for `migrate` to create the role.
+    pub fn service_database(&self, schema: &str) -> DatabaseConfig {
+        let role = format!("{}_{schema}", self.name);
+        let mut as_role = self.server.clone();
+        as_role.user(&role);
+        DatabaseConfig {
+            url: with_dbname(&as_role, &self.name),
+            schema: schema.into(),
+            role: Some(role),
+            admin_url: Some(self.config.url.clone()),
+            ..self.config.clone()
+        }
+    }
+
     /// A new connection to the test database (outside the pool).
     pub async fn client(&self) -> anyhow::Result<tokio_postgres::Client> {
         let (client, connection) = self
@@ -116,6 +132,22 @@ impl Drop for TestDb {
                     let _ = client
                         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                         .await;
+                    // Roles are per server: drop the ones `service_database` named.
+                    let pattern = format!("{name}\\_%");
+                    if let Ok(rows) = client
+                        .query(
+                            "SELECT rolname FROM pg_roles WHERE rolname LIKE $1",
+                            &[&pattern],
+                        )
+                        .await
+                    {
+                        for row in rows {
+                            let role: String = row.get(0);
+                            let _ = client
+                                .batch_execute(&format!("DROP ROLE IF EXISTS {role}"))
+                                .await;
+                        }
+                    }
                 }
             });
         })

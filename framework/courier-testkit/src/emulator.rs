@@ -43,6 +43,15 @@ impl TestPubSub {
         }
     }
 
+    /// A project of its own: for code whose topic and subscription names are fixed (the
+    /// services), the project keeps one test's names apart from another's.
+    pub fn isolated_config(&self) -> PubSubConfig {
+        PubSubConfig {
+            project: crate::unique_name("test-project"),
+            emulator_host: Some(self.host.clone()),
+        }
+    }
+
     pub fn client(&self) -> PubSub {
         PubSub::new(self.config())
     }

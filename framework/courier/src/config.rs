@@ -12,6 +12,8 @@ use std::time::Duration;
 
 /// Prefix of every environment override.
 pub const ENV_PREFIX: &str = "COURIER_";
+/// Names the config file for the binaries; carries the prefix but is not an override.
+pub const CONFIG_PATH_ENV: &str = "COURIER_CONFIG";
 
 /// Why a configuration could not be loaded; always names the file, variable or key.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +43,11 @@ pub struct CourierConfig {
     pub consumer: ConsumerConfig,
     /// Restart policies per actor kind.
     pub supervision: SupervisionConfig,
-    /// Prometheus exporter.
+    /// Prometheus exporter of a process without an HTTP API (the bare relay); services serve
+    /// `/metrics` on their HTTP port instead.
     pub metrics: MetricsConfig,
+    /// A service's HTTP API, health and metrics endpoints.
+    pub http: HttpConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -52,6 +57,13 @@ pub struct DatabaseConfig {
     pub url: String,
     /// Schema holding outbox, inbox and offsets; every connection uses it as search_path.
     pub schema: String,
+    /// The role that owns the schema. When set, `migrate` creates it (if missing) and the
+    /// schema, and applies the migrations as that role, so the service connecting as it can
+    /// touch its own schema and nothing else.
+    pub role: Option<String>,
+    /// Connection used only by `migrate` (a role allowed to create roles and schemas); the
+    /// service itself never uses it. Defaults to `url`.
+    pub admin_url: Option<String>,
     /// Pooled connections for writes, claims and marks (dedicated LISTEN and lock
     /// connections come on top of these).
     pub pool_size: u32,
@@ -64,6 +76,8 @@ impl Default for DatabaseConfig {
         Self {
             url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
             schema: "courier".into(),
+            role: None,
+            admin_url: None,
             pool_size: 16,
             connect_timeout_secs: 10,
         }
@@ -227,6 +241,34 @@ pub struct MetricsConfig {
     pub listen: Option<String>,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// `host:port` the service's HTTP server binds (port 0 picks a free one).
+    pub listen: String,
+    /// When set, write endpoints require `Authorization: Bearer <token>`. Unset on Cloud Run,
+    /// where the IAM invoker role authenticates callers before they reach the service.
+    pub auth_token: Option<String>,
+    /// Longest a read with `?min_version=` waits for its projection before answering 202.
+    pub read_wait_millis: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            auth_token: None,
+            read_wait_millis: 2000,
+        }
+    }
+}
+
+impl HttpConfig {
+    pub fn read_wait(&self) -> Duration {
+        Duration::from_millis(self.read_wait_millis)
+    }
+}
+
 impl CourierConfig {
     /// Reads `path`, applies the process environment, validates.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
@@ -273,6 +315,22 @@ impl CourierConfig {
                 "database.schema",
                 "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
             );
+        }
+        if let Some(role) = &self.database.role {
+            if !is_identifier(role) {
+                return invalid(
+                    "database.role",
+                    "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
+                );
+            }
+        }
+        if let Some(url) = &self.database.admin_url {
+            if url.parse::<tokio_postgres::Config>().is_err() {
+                return invalid(
+                    "database.admin_url",
+                    "is not a PostgreSQL connection string",
+                );
+            }
         }
         if self.database.pool_size < 2 {
             return invalid("database.pool_size", "must be at least 2");
@@ -356,6 +414,15 @@ impl CourierConfig {
         if !(1..=4096).contains(&c.offset_lanes) {
             return invalid("consumer.offset_lanes", "must be between 1 and 4096");
         }
+        if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
+            return invalid("http.listen", "must be ip:port, for example 0.0.0.0:8080");
+        }
+        if matches!(&self.http.auth_token, Some(token) if token.trim().len() < 16) {
+            return invalid("http.auth_token", "must be at least 16 characters when set");
+        }
+        if self.http.read_wait_millis > 60_000 {
+            return invalid("http.read_wait_millis", "must be at most 60000");
+        }
         for (kind, policy) in [
             ("notify_listener", &self.supervision.notify_listener),
             ("shard_owner", &self.supervision.shard_owner),
@@ -388,6 +455,8 @@ fn apply_env_override(table: &mut toml::Table, name: &str, value: &str) -> Resul
             return Ok(());
         }
         vec!["pubsub".into(), "emulator_host".into()]
+    } else if name == CONFIG_PATH_ENV {
+        return Ok(());
     } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
         rest.split("__").map(str::to_ascii_lowercase).collect()
     } else {
@@ -486,6 +555,9 @@ mod tests {
                 "[consumer]\nlease_extension_secs = 5\n",
                 "consumer.lease_extension_secs",
             ),
+            ("[database]\nrole = \"Catalog\"\n", "database.role"),
+            ("[http]\nlisten = \"localhost\"\n", "http.listen"),
+            ("[http]\nauth_token = \"short\"\n", "http.auth_token"),
         ] {
             let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);
             assert!(
@@ -496,5 +568,29 @@ mod tests {
         let err = CourierConfig::from_toml_and_env("[relay]\nshard_count = \"many\"\n", env(&[]))
             .expect_err("type");
         assert!(err.to_string().contains("shard_count"), "{err}");
+    }
+
+    #[test]
+    fn every_shipped_config_loads_and_the_config_path_variable_is_not_an_override() {
+        let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy");
+        let mut checked = 0;
+        for dir in ["local", "cloudrun", "k8s"] {
+            let Ok(entries) = std::fs::read_dir(format!("{deploy}/{dir}")) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "toml") {
+                    let text = std::fs::read_to_string(&path).expect("readable");
+                    CourierConfig::from_toml_and_env(
+                        &text,
+                        env(&[("COURIER_CONFIG", "/etc/courier/catalog.toml")]),
+                    )
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 3, "only {checked} shipped configs found");
     }
 }

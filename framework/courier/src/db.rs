@@ -90,20 +90,24 @@ pub fn is_transient_pg(error: &tokio_postgres::Error) -> bool {
     }
 }
 
+/// Every connection resolves unqualified names in the service's schema (the framework's
+/// own queries name it explicitly; a service's SQL need not). `extra` adds server settings.
 fn pg_config(
     config: &DatabaseConfig,
     application: &str,
+    extra: &str,
 ) -> Result<tokio_postgres::Config, DbError> {
     let mut pg: tokio_postgres::Config = config.url.parse().map_err(DbError::Config)?;
     pg.application_name(application);
     pg.connect_timeout(Duration::from_secs(config.connect_timeout_secs));
+    pg.options(format!("-c search_path={} {extra}", config.schema).trim_end());
     Ok(pg)
 }
 
 /// Builds the shared pool. Connections are checked lazily, so this succeeds while the
 /// database is down; the first use reports the failure.
 pub fn pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
-    build_pool(config, pg_config(config, application)?)
+    build_pool(config, pg_config(config, application, "")?)
 }
 
 /// The relay's pool: commits do not wait for the WAL flush (`synchronous_commit = off`).
@@ -111,8 +115,7 @@ pub fn pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbErro
 /// lost claim or mark only means a row is published again (at least once), a lost idle flag
 /// only delays a wake-up until the next poll. Writers' transactions keep full durability.
 pub fn relay_pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
-    let mut pg = pg_config(config, application)?;
-    pg.options("-c synchronous_commit=off");
+    let pg = pg_config(config, application, "-c synchronous_commit=off")?;
     build_pool(config, pg)
 }
 
@@ -140,7 +143,7 @@ pub async fn dedicated(
     ),
     DbError,
 > {
-    pg_config(config, application)?
+    pg_config(config, application, "")?
         .connect(NoTls)
         .await
         .map_err(DbError::query(format!("connect {application} to database")))
@@ -149,4 +152,54 @@ pub async fn dedicated(
 /// Renders a framework query: `{schema}` becomes the configured (validated) schema name.
 pub fn render(sql: &str, schema: &str) -> String {
     sql.replace("{schema}", schema)
+}
+
+/// Creates the database `config.url` names when it does not exist yet, through the server's
+/// `postgres` database, so a fresh machine needs no manual `createdb`. Returns whether it
+/// created it.
+pub async fn create_database_if_missing(config: &DatabaseConfig) -> Result<bool, DbError> {
+    let pg = pg_config(config, "courier-migrate", "")?;
+    let connected = pg.connect(NoTls).await;
+    let error = match connected {
+        Ok(_) => return Ok(false),
+        Err(error) if error.code() == Some(&SqlState::INVALID_CATALOG_NAME) => error,
+        Err(error) => {
+            return Err(DbError::Query {
+                context: "connect to database".into(),
+                error,
+            })
+        }
+    };
+    let Some(name) = pg
+        .get_dbname()
+        .filter(|name| crate::config::is_identifier(name))
+    else {
+        return Err(DbError::Query {
+            context: "database name is not a plain identifier, create it by hand".into(),
+            error,
+        });
+    };
+    let name = name.to_owned();
+    let mut server = pg.clone();
+    server.dbname("postgres");
+    let (client, connection) = server
+        .connect(NoTls)
+        .await
+        .map_err(DbError::query("connect to the server's postgres database"))?;
+    let driver = tokio::spawn(connection);
+    let created = match client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+    {
+        Ok(()) => Ok(true),
+        // Another migrator created it meanwhile.
+        Err(e) if e.code() == Some(&SqlState::DUPLICATE_DATABASE) => Ok(false),
+        Err(e) => Err(DbError::Query {
+            context: format!("create database {name}"),
+            error: e,
+        }),
+    };
+    drop(client);
+    let _ = driver.await;
+    created
 }

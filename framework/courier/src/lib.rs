@@ -13,7 +13,10 @@
 //! - [`migrate`]: versioned SQL migrations from `migrations/`.
 //! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections; Pub/Sub clients that honour
 //!   the emulator, and idempotent provisioning.
+//! - [`service`]: what a service declares (schema, topics, subscriptions, routes), the runtime
+//!   that runs it (relay, consumers, HTTP with health/readiness/metrics) and its CLI.
 //! - [`system_thread`]: a relay or consumer on its own thread and actix System.
+//! - [`telemetry`]: logging set-up for the binaries.
 //! - [`config`]: the deployment config with `COURIER_*` overrides.
 //! - [`backoff`]: exponential backoff with full jitter; [`metrics`]: metric names and exporter.
 
@@ -26,7 +29,9 @@ pub mod metrics;
 pub mod migrate;
 pub mod outbox;
 pub mod pubsub;
+pub mod service;
 pub mod supervision;
 pub mod system_thread;
+pub mod telemetry;
 
 pub use config::CourierConfig;

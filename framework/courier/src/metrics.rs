@@ -69,20 +69,46 @@ pub fn offset_lag_metric(group: &str) -> String {
 /// Actor restarts by kind (counter, label `actor`).
 pub const ACTOR_RESTARTS_TOTAL: &str = "courier_actor_restarts_total";
 
-/// Installs the global recorder and serves `/metrics` on `listen` (`host:port`).
-pub fn install_prometheus(listen: &str) -> Result<(), String> {
-    let addr: std::net::SocketAddr = listen
-        .parse()
-        .map_err(|e| format!("metrics.listen {listen:?} is not host:port: {e}"))?;
+/// The exporter with the latency histograms' buckets (seconds).
+fn prometheus_builder() -> Result<metrics_exporter_prometheus::PrometheusBuilder, String> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Suffix("latency".into()),
             &[
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ],
         )
-        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// Installs the global recorder and serves `/metrics` on `listen` (`host:port`): for a process
+/// without an HTTP server of its own (the bare relay).
+pub fn install_prometheus(listen: &str) -> Result<(), String> {
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .map_err(|e| format!("metrics.listen {listen:?} is not host:port: {e}"))?;
+    prometheus_builder()?
+        .with_http_listener(addr)
         .install()
         .map_err(|e| format!("cannot start metrics endpoint on {listen}: {e}"))
+}
+
+/// The process-wide recorder for a service's own `/metrics` route, installed on first use;
+/// `None` when another recorder was installed first. Several services in one process (tests,
+/// the demo) share it.
+pub fn prometheus_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    static HANDLE: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+        std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            match prometheus_builder().and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
+            {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no metrics recorder for /metrics");
+                    None
+                }
+            }
+        })
+        .clone()
 }

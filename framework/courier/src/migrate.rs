@@ -52,6 +52,8 @@ pub enum MigrateError {
     Db(#[from] DbError),
     #[error("schema name {0:?} is not a plain lowercase identifier")]
     BadSchema(String),
+    #[error("role name {0:?} is not a plain lowercase identifier")]
+    BadRole(String),
     #[error("migration {set}/{name} was applied with different text; the database and the code disagree")]
     Changed { set: String, name: String },
 }
@@ -69,8 +71,24 @@ pub async fn migrate(
     schema: &str,
     sets: &[MigrationSet],
 ) -> Result<MigrationReport, MigrateError> {
+    migrate_owned(pool, schema, None, sets).await
+}
+
+/// Like [`migrate`]; with an `owner` role, first creates that role (if missing) and makes it
+/// the schema's owner, then applies the migrations as that role, so every table belongs to it.
+/// A service connecting as its owner role can then use its schema and no other: nobody else
+/// holds rights on it. `pool` must connect as a role that may create roles and `SET ROLE`.
+pub async fn migrate_owned(
+    pool: &PgPool,
+    schema: &str,
+    owner: Option<&str>,
+    sets: &[MigrationSet],
+) -> Result<MigrationReport, MigrateError> {
     if !crate::config::is_identifier(schema) {
         return Err(MigrateError::BadSchema(schema.into()));
+    }
+    if let Some(role) = owner.filter(|role| !crate::config::is_identifier(role)) {
+        return Err(MigrateError::BadRole(role.into()));
     }
     let mut conn = pool.get().await.map_err(DbError::pool("migrate"))?;
     // Serialize migrators of this schema across processes; the key is derived from the name.
@@ -79,22 +97,63 @@ pub async fn migrate(
     conn.execute("SELECT pg_advisory_lock($1)", &[&lock_key])
         .await
         .map_err(DbError::query("take migration lock"))?;
-    let result = apply_all(&mut conn, schema, sets).await;
-    // Unlock even after a failure; if this fails the session ends with the pooled connection.
+    let result = match owner {
+        Some(role) => match become_owner(&conn, schema, role).await {
+            Ok(()) => apply_all(&mut conn, schema, false, sets).await,
+            Err(e) => Err(e.into()),
+        },
+        None => apply_all(&mut conn, schema, true, sets).await,
+    };
+    // Unlock and drop the role even after a failure; if this fails the session ends with the
+    // pooled connection.
     let _ = conn
-        .execute("SELECT pg_advisory_unlock($1)", &[&lock_key])
+        .batch_execute(&format!(
+            "RESET ROLE; SELECT pg_advisory_unlock({lock_key})"
+        ))
         .await;
     result
 }
 
+/// Creates `role` and `schema` owned by it when missing, then switches the session to `role`.
+async fn become_owner(
+    conn: &tokio_postgres::Client,
+    schema: &str,
+    role: &str,
+) -> Result<(), DbError> {
+    // Two migrators of different schemas may create the same role at once: the loser's
+    // duplicate is fine.
+    conn.batch_execute(&format!(
+        "DO $$ BEGIN
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
+                 CREATE ROLE {role} LOGIN;
+             END IF;
+         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+         END $$;
+         CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {role};
+         ALTER SCHEMA {schema} OWNER TO {role};
+         SET ROLE {role};"
+    ))
+    .await
+    .map_err(DbError::query(format!(
+        "create role {role} owning schema {schema}"
+    )))
+}
+
+/// `create_schema` is false when the schema was created for its owner already (the owner
+/// may not create schemas, and `IF NOT EXISTS` checks that right first).
 async fn apply_all(
     conn: &mut tokio_postgres::Client,
     schema: &str,
+    create_schema: bool,
     sets: &[MigrationSet],
 ) -> Result<MigrationReport, MigrateError> {
+    if create_schema {
+        conn.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+            .await
+            .map_err(DbError::query(format!("create schema {schema}")))?;
+    }
     conn.batch_execute(&format!(
-        "CREATE SCHEMA IF NOT EXISTS {schema};
-         CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+        "CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
              migration_set text NOT NULL,
              version integer NOT NULL,
              name text NOT NULL,

@@ -19,7 +19,8 @@ pub mod receiver;
 pub mod router;
 
 pub use consumer::{
-    Consumer, ConsumerHandle, ConsumerOptions, ConsumerSpec, ConsumerStats, StatsSnapshot,
+    Consumer, ConsumerError, ConsumerHandle, ConsumerOptions, ConsumerSpec, ConsumerStats,
+    StatsSnapshot,
 };
 pub use delivery::{EventMeta, Rejection};
 pub use offsets::{GroupOffset, OffsetReset, OffsetStore};

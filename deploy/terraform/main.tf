@@ -1,0 +1,283 @@
+# Courier on Google Cloud: Pub/Sub topics and subscriptions with their dead-letter topics,
+# one service account per service with only the roles its seed needs, Secret Manager secrets
+# for the database URLs, and the image repository.
+#
+# Messages flow:
+#   catalog    --publishes-->  catalog.video.events     --> catalog.video.events.engagement-reader     --> engagement
+#   engagement --publishes-->  engagement.video.events  --> engagement.video.events.catalog-projector  --> catalog
+# A subscription dead-letters into <topic>.dlq after 5 delivery attempts; the framework also
+# publishes permanently failing messages there itself, with the reason. Each DLQ topic has a
+# keeper subscription <subscription>.dlq so that dead letters are retained until an operator
+# inspects or republishes them (`courier` CLI).
+#
+# On GCP the services do not run `provision`: this file creates what it would.
+
+terraform {
+  required_version = ">= 1.5"
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = ">= 5.0"
+    }
+  }
+}
+
+provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+data "google_project" "this" {}
+
+locals {
+  # One entry per inbound stream: which service publishes the topic and which one consumes
+  # the subscription.
+  streams = {
+    catalog = {
+      topic        = "catalog.video.events"
+      subscription = "catalog.video.events.engagement-reader"
+      publisher    = "catalog"
+      consumer     = "engagement"
+    }
+    engagement = {
+      topic        = "engagement.video.events"
+      subscription = "engagement.video.events.catalog-projector"
+      publisher    = "engagement"
+      consumer     = "catalog"
+    }
+  }
+
+  services = toset(["catalog", "engagement"])
+
+  # Google-managed identity that forwards dead letters: it must publish to the DLQ topics and
+  # subscribe (ack the forwarded message) on the source subscriptions.
+  pubsub_service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}
+
+# --- Pub/Sub -------------------------------------------------------------------------------------
+
+resource "google_pubsub_topic" "events" {
+  for_each = local.streams
+  name     = each.value.topic
+}
+
+resource "google_pubsub_topic" "dlq" {
+  for_each = local.streams
+  name     = "${each.value.topic}.dlq"
+}
+
+resource "google_pubsub_subscription" "events" {
+  for_each = local.streams
+  name     = each.value.subscription
+  topic    = google_pubsub_topic.events[each.key].id
+
+  # Events carry the aggregate id as ordering key: per-aggregate order end to end.
+  enable_message_ordering = true
+  ack_deadline_seconds    = 60 # = consumer.lease_extension_secs
+
+  # Keep acked messages too, so `courier` offsets reset / replay can Seek back in time.
+  retain_acked_messages      = true
+  message_retention_duration = var.message_retention_duration
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dlq[each.key].id
+    max_delivery_attempts = 5 # = consumer.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  # Never delete a subscription for inactivity (the default is 31 days).
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# Keeper subscriptions: a topic without a subscription drops what is published to it.
+resource "google_pubsub_subscription" "dlq_keeper" {
+  for_each = local.streams
+  name     = "${each.value.subscription}.dlq"
+  topic    = google_pubsub_topic.dlq[each.key].id
+
+  ack_deadline_seconds       = 60
+  message_retention_duration = var.message_retention_duration
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# --- Service accounts ----------------------------------------------------------------------------
+
+resource "google_service_account" "service" {
+  for_each     = local.services
+  account_id   = "courier-${each.key}"
+  display_name = "Courier ${each.key} service"
+}
+
+# Runs `<service> migrate` (Cloud Run jobs): the only identity that can read the admin URLs.
+resource "google_service_account" "migrate" {
+  account_id   = "courier-migrate"
+  display_name = "Courier database migrations"
+}
+
+# Each service publishes its own events topic...
+resource "google_pubsub_topic_iam_member" "publisher" {
+  for_each = local.streams
+  topic    = google_pubsub_topic.events[each.key].id
+  role     = "roles/pubsub.publisher"
+  member   = "serviceAccount:${google_service_account.service[each.value.publisher].email}"
+}
+
+# ...consumes the subscription it reads...
+resource "google_pubsub_subscription_iam_member" "subscriber" {
+  for_each     = local.streams
+  subscription = google_pubsub_subscription.events[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = "serviceAccount:${google_service_account.service[each.value.consumer].email}"
+}
+
+# ...may look at the metadata of both (publisher/subscriber grant no get)...
+resource "google_pubsub_topic_iam_member" "publisher_viewer" {
+  for_each = local.streams
+  topic    = google_pubsub_topic.events[each.key].id
+  role     = "roles/pubsub.viewer"
+  member   = "serviceAccount:${google_service_account.service[each.value.publisher].email}"
+}
+
+resource "google_pubsub_subscription_iam_member" "subscriber_viewer" {
+  for_each     = local.streams
+  subscription = google_pubsub_subscription.events[each.key].id
+  role         = "roles/pubsub.viewer"
+  member       = "serviceAccount:${google_service_account.service[each.value.consumer].email}"
+}
+
+# ...and publishes dead letters (with their reason) to the DLQ of the subscription it consumes.
+resource "google_pubsub_topic_iam_member" "consumer_dlq_publisher" {
+  for_each = local.streams
+  topic    = google_pubsub_topic.dlq[each.key].id
+  role     = "roles/pubsub.publisher"
+  member   = "serviceAccount:${google_service_account.service[each.value.consumer].email}"
+}
+
+# Pub/Sub's own dead lettering (after max_delivery_attempts) runs as the service agent.
+resource "google_pubsub_topic_iam_member" "agent_dlq_publisher" {
+  for_each = local.streams
+  topic    = google_pubsub_topic.dlq[each.key].id
+  role     = "roles/pubsub.publisher"
+  member   = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "agent_subscriber" {
+  for_each     = local.streams
+  subscription = google_pubsub_subscription.events[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
+# Operators: read the DLQ keepers, republish to the source topics (courier CLI).
+resource "google_pubsub_subscription_iam_member" "operator_dlq" {
+  for_each = {
+    for pair in setproduct(keys(local.streams), var.operators) : "${pair[0]}/${pair[1]}" => {
+      stream = pair[0]
+      member = pair[1]
+    }
+  }
+  subscription = google_pubsub_subscription.dlq_keeper[each.value.stream].id
+  role         = "roles/pubsub.subscriber"
+  member       = each.value.member
+}
+
+resource "google_pubsub_topic_iam_member" "operator_republish" {
+  for_each = {
+    for pair in setproduct(keys(local.streams), var.operators) : "${pair[0]}/${pair[1]}" => {
+      stream = pair[0]
+      member = pair[1]
+    }
+  }
+  topic  = google_pubsub_topic.events[each.value.stream].id
+  role   = "roles/pubsub.publisher"
+  member = each.value.member
+}
+
+# Cloud Run's cloudsql-instances connector needs Cloud SQL Client (project-level role).
+resource "google_project_iam_member" "cloudsql_client" {
+  for_each = merge(
+    { for s in local.services : s => "serviceAccount:${google_service_account.service[s].email}" },
+    { migrate = "serviceAccount:${google_service_account.migrate.email}" },
+  )
+  project = var.project_id
+  role    = "roles/cloudsql.client"
+  member  = each.value
+}
+
+# GKE: the Kubernetes service account courier/<service> acts as courier-<service>.
+resource "google_service_account_iam_member" "workload_identity" {
+  for_each           = var.gke_workload_identity ? local.services : toset([])
+  service_account_id = google_service_account.service[each.key].name
+  role               = "roles/iam.workloadIdentityUser"
+  member             = "serviceAccount:${var.project_id}.svc.id.goog[${var.k8s_namespace}/${each.key}]"
+}
+
+# --- Secrets (values are added out of band: gcloud secrets versions add NAME --data-file=-) ------
+
+# The service's own role: COURIER_DATABASE__URL of `<service> serve`.
+resource "google_secret_manager_secret" "database_url" {
+  for_each  = local.services
+  secret_id = "${each.key}-database-url"
+  replication {
+    auto {}
+  }
+}
+
+# A role that may create roles and schemas: COURIER_DATABASE__ADMIN_URL of `<service> migrate`.
+resource "google_secret_manager_secret" "database_admin_url" {
+  for_each  = local.services
+  secret_id = "${each.key}-database-admin-url"
+  replication {
+    auto {}
+  }
+}
+
+resource "google_secret_manager_secret_iam_member" "database_url" {
+  for_each  = local.services
+  secret_id = google_secret_manager_secret.database_url[each.key].id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.service[each.key].email}"
+}
+
+resource "google_secret_manager_secret_iam_member" "database_admin_url" {
+  for_each  = local.services
+  secret_id = google_secret_manager_secret.database_admin_url[each.key].id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.migrate.email}"
+}
+
+# --- Images and callers --------------------------------------------------------------------------
+
+resource "google_artifact_registry_repository" "courier" {
+  location      = var.region
+  repository_id = "courier"
+  format        = "DOCKER"
+  description   = "Courier images (deploy/Dockerfile)"
+}
+
+# Cloud Run: callers authenticate with an identity token and need roles/run.invoker; that is
+# why http.auth_token stays unset there. Example:
+#   cloud_run_invokers = { catalog = ["serviceAccount:frontend@my-project.iam.gserviceaccount.com"] }
+resource "google_cloud_run_v2_service_iam_member" "invoker" {
+  for_each = {
+    for pair in flatten([
+      for service, members in var.cloud_run_invokers : [
+        for member in members : { service = service, member = member }
+      ]
+    ]) : "${pair.service}/${pair.member}" => pair
+  }
+  project  = var.project_id
+  location = var.region
+  name     = each.value.service
+  role     = "roles/run.invoker"
+  member   = each.value.member
+}

@@ -1,0 +1,166 @@
+//! The command line every service binary shares: `serve`, `migrate`, `provision`.
+
+use super::runtime::{self, RunOptions, RunningService};
+use super::Service;
+use crate::CourierConfig;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(version)]
+struct Cli {
+    /// Deployment config (TOML) [default: deploy/local/<service>.toml]. COURIER_<SECTION>__<KEY>
+    /// variables and PUBSUB_EMULATOR_HOST override its keys.
+    #[arg(long, env = crate::config::CONFIG_PATH_ENV, global = true)]
+    config: Option<PathBuf>,
+    /// Log as JSON lines instead of text (level from RUST_LOG, default info).
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API and run the outbox relay and the consumers until SIGINT or SIGTERM.
+    #[command(after_help = "Example:\n  SERVICE serve --migrate --provision")]
+    Serve {
+        /// Apply migrations before serving (see `migrate`).
+        #[arg(long)]
+        migrate: bool,
+        /// Create topics and subscriptions before serving (see `provision`).
+        #[arg(long)]
+        provision: bool,
+        /// On shutdown, how long in-flight requests and publishes may take to finish.
+        #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+        grace_secs: u64,
+    },
+    /// Create the service's database role and schema (when `database.role` is set) and apply
+    /// the framework's and the service's migrations, as `database.admin_url`.
+    #[command(after_help = "Example:\n  SERVICE migrate --config deploy/local/SERVICE.toml")]
+    Migrate,
+    /// Create the service's outbound topics and its subscriptions with their dead-letter
+    /// topics (idempotent; prints what it created).
+    #[command(after_help = "Example:\n  PUBSUB_EMULATOR_HOST=127.0.0.1:8085 SERVICE provision")]
+    Provision,
+}
+
+/// The `main` of a service binary.
+pub fn main(service: fn() -> Service) -> ExitCode {
+    let name = service().name;
+    let help = |text: &str| text.replace("SERVICE", name);
+    let mut command = Cli::command().name(name).about(format!(
+        "The {name} service on Courier: HTTP API, outbox relay, consumers"
+    ));
+    for sub in ["serve", "migrate", "provision"] {
+        command = command.mut_subcommand(sub, |c| {
+            let after = c
+                .get_after_help()
+                .map(|t| help(&t.to_string()))
+                .unwrap_or_default();
+            c.after_help(after)
+        });
+    }
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    crate::telemetry::init_logging(cli.log_json, "info");
+    let path = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("deploy/local/{name}.toml")));
+    let config = match CourierConfig::load(&path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(service, cli.command, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(
+    service: fn() -> Service,
+    command: Command,
+    config: CourierConfig,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Migrate => {
+            let report = runtime::migrate(&service(), &config).await?;
+            println!(
+                "{}: applied {} migration(s), {} already applied",
+                config.database.schema,
+                report.applied.len(),
+                report.already_applied
+            );
+            for name in report.applied {
+                println!("  applied {name}");
+            }
+        }
+        Command::Provision => {
+            let created = runtime::provision(&service(), &config).await?;
+            if created.is_empty() {
+                println!("everything already exists");
+            }
+            for line in created {
+                println!("created {line}");
+            }
+        }
+        Command::Serve {
+            migrate,
+            provision,
+            grace_secs,
+        } => {
+            let options = RunOptions {
+                migrate,
+                provision,
+                ..RunOptions::default()
+            };
+            let running = RunningService::start(service(), &config, options).await?;
+            println!("{} listening on http://{}", running.name, running.addr);
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            running.shutdown(Duration::from_secs(grace_secs)).await;
+        }
+    }
+    Ok(())
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM (what Cloud Run and Kubernetes send).
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,250 @@
+//! The HTTP edge every service shares: JSON errors with a reason, bearer-token write access,
+//! request-parsing errors as 400, and the health, readiness and metrics endpoints.
+
+use super::ServiceContext;
+use crate::db::DbError;
+use crate::outbox::AppendError;
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse, ResponseError};
+use std::future::{ready, Ready};
+use std::time::Duration;
+
+/// Liveness: answers while the process serves requests.
+pub const HEALTH_PATH: &str = "/healthz";
+/// Readiness: answers 200 only while the database answers.
+pub const READY_PATH: &str = "/readyz";
+/// Prometheus text exposition.
+pub const METRICS_PATH: &str = "/metrics";
+/// Largest JSON body a write accepts; events are small, anything bigger is a mistake.
+const MAX_JSON_BYTES: usize = 64 * 1024;
+/// Readiness answers within this, even when the database hangs.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A request that failed, answered as `{"error": "<reason>"}` with the matching status.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request itself is wrong (P8): nothing was written.
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    /// The request contradicts the current state (version mismatch, deleted aggregate).
+    #[error("{0}")]
+    Conflict(String),
+    /// Retrying later can succeed (database unreachable, pool exhausted, serialization).
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        if matches!(self, ApiError::Unauthorized) {
+            response.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        response.json(serde_json::json!({ "error": self.to_string() }))
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(error: DbError) -> Self {
+        if error.is_transient() {
+            tracing::warn!(error = %error, "request failed on a transient database error");
+            ApiError::Unavailable(format!("database unavailable, retry: {error}"))
+        } else {
+            tracing::error!(error = %error, "request failed on a database error");
+            ApiError::Internal("database error".into())
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for ApiError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        DbError::Query {
+            context: "request".into(),
+            error,
+        }
+        .into()
+    }
+}
+
+impl From<AppendError> for ApiError {
+    fn from(error: AppendError) -> Self {
+        if error.is_conflict() {
+            return ApiError::Conflict(
+                "a concurrent write changed this aggregate; read it again and retry".into(),
+            );
+        }
+        match error {
+            AppendError::Db(e) => e.into(),
+            // The service built an event the outbox refuses: a bug or unchecked input.
+            other => ApiError::BadRequest(other.to_string()),
+        }
+    }
+}
+
+/// Proof that a write request carried the configured bearer token (or that none is
+/// configured). Write handlers take it as an argument, so forgetting it is visible.
+pub struct WriteAccess;
+
+impl FromRequest for WriteAccess {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let Some(context) = req.app_data::<web::Data<ServiceContext>>() else {
+            return ready(Err(ApiError::Internal("service context missing".into())));
+        };
+        let Some(expected) = context.config.http.auth_token.as_deref() else {
+            return ready(Ok(WriteAccess));
+        };
+        let presented = req
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        ready(match presented {
+            Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
+                Ok(WriteAccess)
+            }
+            _ => Err(ApiError::Unauthorized),
+        })
+    }
+}
+
+/// Compares without an early exit, so response timing does not reveal a token's prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Registers the shared parsing rules and endpoints; the service's routes come after.
+pub fn configure_common(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(
+        web::JsonConfig::default()
+            .limit(MAX_JSON_BYTES)
+            .error_handler(|error, _| {
+                ApiError::BadRequest(format!("invalid JSON body: {error}")).into()
+            }),
+    )
+    .app_data(
+        web::PathConfig::default().error_handler(|error, _| {
+            ApiError::BadRequest(format!("invalid path: {error}")).into()
+        }),
+    )
+    .app_data(web::QueryConfig::default().error_handler(|error, _| {
+        ApiError::BadRequest(format!("invalid query string: {error}")).into()
+    }))
+    .route(HEALTH_PATH, web::get().to(health))
+    .route(READY_PATH, web::get().to(ready_check))
+    .route(METRICS_PATH, web::get().to(metrics));
+}
+
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn ready_check(context: web::Data<ServiceContext>) -> HttpResponse {
+    let check = async {
+        let conn = context.pool.get().await.map_err(|e| e.to_string())?;
+        conn.simple_query("SELECT 1")
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(READY_TIMEOUT, check).await {
+        Ok(Ok(_)) => HttpResponse::Ok().json(serde_json::json!({ "status": "ready" })),
+        Ok(Err(reason)) => HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({ "status": "not ready", "reason": reason })),
+        Err(_) => HttpResponse::ServiceUnavailable().json(
+            serde_json::json!({ "status": "not ready", "reason": "database did not answer" }),
+        ),
+    }
+}
+
+async fn metrics() -> HttpResponse {
+    match crate::metrics::prometheus_handle() {
+        Some(handle) => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .body(handle.render()),
+        None => HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({ "error": "another metrics recorder is installed" })),
+    }
+}
+
+/// What every write answers: the aggregate and the version the write produced, the
+/// consistency token a later read passes as `?min_version=`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VersionToken {
+    pub aggregate_id: String,
+    pub version: i64,
+}
+
+/// How often a read with `min_version` looks at its projection again.
+const READ_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Read-your-writes for a projection: runs `read` (which returns the row and its version)
+/// until the version reaches `min_version` or `wait` passed. Answers the row as JSON, or
+/// 202 `{"status": "pending", …}` saying how far the projection got, or 404 when there is no
+/// row and no version was asked for.
+pub async fn read_at_least<T, F, Fut>(
+    min_version: Option<i64>,
+    wait: Duration,
+    not_found: impl FnOnce() -> ApiError,
+    mut read: F,
+) -> Result<HttpResponse, ApiError>
+where
+    T: serde::Serialize,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<(T, i64)>, ApiError>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let row = read().await?;
+        let reached = match (&row, min_version) {
+            (Some((_, version)), Some(min)) => *version >= min,
+            (Some(_), None) => true,
+            (None, None) => return Err(not_found()),
+            (None, Some(_)) => false,
+        };
+        if reached {
+            if let Some((value, _)) = row {
+                return Ok(HttpResponse::Ok().json(value));
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(HttpResponse::Accepted().json(serde_json::json!({
+                "status": "pending",
+                "min_version": min_version,
+                "projected_version": row.map(|(_, version)| version),
+            })));
+        }
+        tokio::time::sleep(READ_POLL_INTERVAL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abcdefgh", b"abcdefgh"));
+        assert!(!constant_time_eq(b"abcdefgh", b"abcdefgX"));
+        assert!(!constant_time_eq(b"abc", b"abcdefgh"));
+    }
+}

@@ -1,0 +1,103 @@
+//! What a service declares — its schema, outbound topics, inbound subscriptions with their
+//! projections, and HTTP routes — and what the framework builds from that declaration.
+//!
+//! A service is a function returning a [`Service`]; [`cli::main`] turns it into a binary with
+//! `serve`, `migrate` and `provision`, and [`RunningService`] runs it in-process (tests, demo).
+//! The framework wires the relay, the consumers, supervision, health, readiness, metrics and
+//! config; the service writes SQL, handlers and projections.
+
+pub mod cli;
+pub mod http;
+pub mod runtime;
+
+pub use http::{read_at_least, ApiError, VersionToken, WriteAccess};
+pub use runtime::{RunOptions, RunningService, ServiceError};
+
+use crate::db::PgPool;
+use crate::inbound::Projection;
+use crate::inbound::{Consumer, ConsumerError, ConsumerHandle, ConsumerOptions, ConsumerSpec};
+use crate::migrate::MigrationSet;
+use crate::outbox::Outbox;
+use crate::pubsub::SubscriptionSpec;
+use crate::CourierConfig;
+use std::sync::Arc;
+
+/// A service, as the framework needs to know it.
+pub struct Service {
+    /// Names the service in subscriptions (`<topic>.<name>-<role>`), consumer groups, logs.
+    pub name: &'static str,
+    /// The service's own tables, applied after the framework's into the configured schema.
+    pub migrations: MigrationSet,
+    /// Topics the service's outbox publishes to (provisioned with message ordering).
+    pub outbound_topics: &'static [&'static str],
+    /// Subscriptions the service consumes, each feeding one projection.
+    pub inbound: Vec<Inbound>,
+    /// Registers the service's HTTP routes; handlers get [`ServiceContext`] as app data.
+    pub routes: fn(&mut actix_web::web::ServiceConfig),
+}
+
+type StartConsumer = dyn Fn(&CourierConfig, ConsumerSpec, ConsumerOptions) -> Result<ConsumerHandle, ConsumerError>
+    + Send
+    + Sync;
+
+/// One consumed subscription: `<topic>.<service>-<role>`, its dead-letter topic
+/// `<topic>.dlq`, and the projection its events feed. The consumer group is
+/// `<service>_<role>` (it names inbox rows, offsets and the `<group>_offset_lag_ms` gauge).
+pub struct Inbound {
+    pub topic: &'static str,
+    pub role: &'static str,
+    start: Arc<StartConsumer>,
+}
+
+impl Inbound {
+    pub fn new<P: Projection + Clone>(
+        topic: &'static str,
+        role: &'static str,
+        projection: P,
+    ) -> Self {
+        Self {
+            topic,
+            role,
+            start: Arc::new(move |config, spec, options| {
+                Consumer::spawn(config, spec, projection.clone(), options)
+            }),
+        }
+    }
+
+    /// The subscription, with ordering, dead-letter policy and backoff as DESIGN.md §4 says.
+    pub fn subscription(&self, service: &str) -> SubscriptionSpec {
+        SubscriptionSpec::standard(self.topic, service, self.role)
+    }
+
+    pub fn consumer_spec(&self, service: &str) -> ConsumerSpec {
+        let subscription = self.subscription(service);
+        ConsumerSpec {
+            group: format!("{service}_{}", self.role),
+            subscription: subscription.name,
+            dead_letter_topic: subscription
+                .dead_letter
+                .map(|d| d.topic)
+                .unwrap_or_else(|| format!("{}.dlq", self.topic)),
+        }
+    }
+
+    fn spawn(
+        &self,
+        service: &str,
+        config: &CourierConfig,
+        options: ConsumerOptions,
+    ) -> Result<ConsumerHandle, ConsumerError> {
+        (self.start)(config, self.consumer_spec(service), options)
+    }
+}
+
+/// What every HTTP handler of a service gets (as `web::Data<ServiceContext>`).
+#[derive(Clone)]
+pub struct ServiceContext {
+    pub service: &'static str,
+    /// The service's pool (its own role, its schema on the search path).
+    pub pool: PgPool,
+    /// Appends events in the handler's transaction.
+    pub outbox: Outbox,
+    pub config: Arc<CourierConfig>,
+}

@@ -1,0 +1,226 @@
+//! Runs a [`Service`]: migrations and provisioning on request, then the outbox relay, one
+//! consumer per inbound subscription and the HTTP server — each on its own thread and actix
+//! System, so one process hosts them all and a test can crash one service like `kill -9`.
+
+use super::http::configure_common;
+use super::{Service, ServiceContext};
+use crate::config::DatabaseConfig;
+use crate::db::DbError;
+use crate::inbound::{ConsumerError, ConsumerHandle, ConsumerOptions, StatsSnapshot};
+use crate::migrate::{MigrateError, MigrationReport, COURIER};
+use crate::outbox::relay::RelayError;
+use crate::outbox::{Outbox, Relay, RelayHandle, RelayOptions};
+use crate::pubsub::{PubSub, PubSubError};
+use crate::system_thread::{SystemThread, ThreadStartError};
+use crate::CourierConfig;
+use actix_web::{web, App, HttpServer};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Migrate(#[from] MigrateError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    PubSub(#[from] PubSubError),
+    #[error(transparent)]
+    Relay(#[from] RelayError),
+    #[error(transparent)]
+    Consumer(#[from] ConsumerError),
+    #[error("cannot serve HTTP on {listen}: {reason}")]
+    Http { listen: String, reason: String },
+    #[error(transparent)]
+    Start(#[from] ThreadStartError),
+}
+
+/// How a service is started beyond its config.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Apply migrations first (see [`migrate`]).
+    pub migrate: bool,
+    /// Create topics and subscriptions first (see [`provision`]).
+    pub provision: bool,
+    pub relay: RelayOptions,
+    pub consumer: ConsumerOptions,
+}
+
+/// Creates the database if missing, the service's role and schema when configured, and
+/// applies the framework's and the service's migrations, connecting with
+/// `database.admin_url` (else `database.url`).
+pub async fn migrate(
+    service: &Service,
+    config: &CourierConfig,
+) -> Result<MigrationReport, ServiceError> {
+    let database = &config.database;
+    let admin = DatabaseConfig {
+        url: database
+            .admin_url
+            .clone()
+            .unwrap_or_else(|| database.url.clone()),
+        pool_size: 2,
+        ..database.clone()
+    };
+    if crate::db::create_database_if_missing(&admin).await? {
+        tracing::info!(service = service.name, "created the database");
+    }
+    let pool = crate::db::pool(&admin, &format!("{}-migrate", service.name))?;
+    Ok(crate::migrate::migrate_owned(
+        &pool,
+        &database.schema,
+        database.role.as_deref(),
+        &[COURIER, service.migrations],
+    )
+    .await?)
+}
+
+/// Creates, unless they exist, the service's outbound topics and, for each inbound
+/// subscription, its topic, dead-letter topic (with a keeper subscription) and the
+/// subscription. Returns what it created.
+pub async fn provision(
+    service: &Service,
+    config: &CourierConfig,
+) -> Result<Vec<String>, ServiceError> {
+    let pubsub = PubSub::new(config.pubsub.clone());
+    let topics = pubsub.topic_admin().await?;
+    let mut created = Vec::new();
+    for topic in service.outbound_topics {
+        if pubsub.ensure_topic(&topics, topic).await? {
+            created.push(format!("topic {topic}"));
+        }
+    }
+    for inbound in &service.inbound {
+        created.extend(
+            pubsub
+                .provision(&inbound.subscription(service.name))
+                .await?,
+        );
+    }
+    Ok(created)
+}
+
+/// A service running in this process.
+pub struct RunningService {
+    pub name: &'static str,
+    /// Where the HTTP server listens (the real port when `http.listen` asked for port 0).
+    pub addr: SocketAddr,
+    http: SystemThread,
+    server: actix_web::dev::ServerHandle,
+    relay: Option<RelayHandle>,
+    consumers: Vec<(String, ConsumerHandle)>,
+}
+
+impl RunningService {
+    pub async fn start(
+        service: Service,
+        config: &CourierConfig,
+        options: RunOptions,
+    ) -> Result<Self, ServiceError> {
+        if options.migrate {
+            let report = migrate(&service, config).await?;
+            tracing::info!(service = service.name, applied = ?report.applied, "migrated");
+        }
+        if options.provision {
+            let created = provision(&service, config).await?;
+            tracing::info!(service = service.name, ?created, "provisioned");
+        }
+        let relay = if service.outbound_topics.is_empty() {
+            None
+        } else {
+            Some(Relay::spawn(config, options.relay.clone())?)
+        };
+        let mut consumers = Vec::new();
+        for inbound in &service.inbound {
+            let spec = inbound.consumer_spec(service.name);
+            let handle = inbound.spawn(service.name, config, options.consumer.clone())?;
+            consumers.push((spec.group, handle));
+        }
+        let context = ServiceContext {
+            service: service.name,
+            pool: crate::db::pool(&config.database, service.name)?,
+            outbox: Outbox::new(config),
+            config: Arc::new(config.clone()),
+        };
+        let (http, (addr, server)) = serve_http(service.name, service.routes, context)?;
+        tracing::info!(service = service.name, %addr, "serving HTTP");
+        Ok(Self {
+            name: service.name,
+            addr,
+            http,
+            server,
+            relay,
+            consumers,
+        })
+    }
+
+    /// Counters of each consumer, by group.
+    pub fn consumer_stats(&self) -> Vec<(String, StatsSnapshot)> {
+        self.consumers
+            .iter()
+            .map(|(group, handle)| (group.clone(), handle.stats()))
+            .collect()
+    }
+
+    /// Stops everything at once: no drain, no ack, no mark (what a crash does).
+    pub fn kill(mut self) {
+        // The stop command is sent when `stop` is called; the returned future only waits.
+        drop(self.server.stop(false));
+        self.http.stop();
+        if let Some(relay) = self.relay.take() {
+            relay.kill();
+        }
+        for (_, consumer) in self.consumers.drain(..) {
+            consumer.kill();
+        }
+    }
+
+    /// Stops taking requests, lets in-flight requests finish, drains the relay's in-flight
+    /// batches (up to `grace`), then stops the consumers (unacked messages are redelivered).
+    pub async fn shutdown(mut self, grace: Duration) {
+        let _ = tokio::time::timeout(grace, self.server.stop(true)).await;
+        self.http.stop();
+        if let Some(relay) = self.relay.take() {
+            relay.shutdown(grace).await;
+        }
+        for (_, consumer) in self.consumers.drain(..) {
+            consumer.kill();
+        }
+    }
+}
+
+type ServerStarted = (SocketAddr, actix_web::dev::ServerHandle);
+
+fn serve_http(
+    name: &'static str,
+    routes: fn(&mut web::ServiceConfig),
+    context: ServiceContext,
+) -> Result<(SystemThread, ServerStarted), ServiceError> {
+    let listen = context.config.http.listen.clone();
+    SystemThread::spawn(&format!("{name}-http"), move || async move {
+        let failed = |reason: String| ServiceError::Http {
+            listen: listen.clone(),
+            reason,
+        };
+        let data = web::Data::new(context);
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .configure(configure_common)
+                .configure(routes)
+        })
+        // HTTP/1.1 and HTTP/2 cleartext on one port (Cloud Run's h2c).
+        .bind_auto_h2c(listen.as_str())
+        .map_err(|e| failed(e.to_string()))?
+        .shutdown_timeout(10);
+        let addr = *server
+            .addrs()
+            .first()
+            .ok_or_else(|| failed("no address bound".into()))?;
+        let server = server.run();
+        let handle = server.handle();
+        actix_web::rt::spawn(server);
+        Ok((addr, handle))
+    })
+}

@@ -1,0 +1,97 @@
+//! `video_user_engagements_projection`: one row per (video, user), fed by the engagement
+//! service's events. Each event sets the columns it is about through a versioned upsert, so a
+//! duplicate, a replay or a late redelivery never moves a row backwards.
+
+use courier::inbound::{EventMeta, HandlerError, Projection, VersionedUpsert};
+use courier_proto::engagement::v1::{event::Payload, Event};
+use tokio_postgres::Transaction;
+use uuid::Uuid;
+
+const TABLE: &str = "video_user_engagements_projection";
+const KEYS: &[&str] = &["video_id", "user_id"];
+
+#[derive(Clone)]
+pub struct VideoUserEngagements {
+    views: VersionedUpsert,
+    liked: VersionedUpsert,
+    progress: VersionedUpsert,
+}
+
+impl VideoUserEngagements {
+    pub fn new() -> Self {
+        let upsert = |columns: &[&str]| {
+            VersionedUpsert::new(TABLE, KEYS, columns)
+                .expect("static table and column names are identifiers")
+        };
+        Self {
+            views: upsert(&["views"]),
+            liked: upsert(&["liked"]),
+            progress: upsert(&["position_secs", "completed"]),
+        }
+    }
+}
+
+impl Default for VideoUserEngagements {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The ids of an event, which must be UUIDs (the producer checked them at its edge).
+fn ids(video_id: &str, user_id: &str) -> Result<(Uuid, Uuid), HandlerError> {
+    let parse = |name: &str, value: &str| {
+        Uuid::parse_str(value)
+            .map_err(|e| HandlerError::Permanent(format!("{name} {value:?} is not a UUID: {e}")))
+    };
+    Ok((parse("video_id", video_id)?, parse("user_id", user_id)?))
+}
+
+impl Projection for VideoUserEngagements {
+    type Event = Event;
+
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        meta: &EventMeta,
+        event: &Event,
+    ) -> Result<(), HandlerError> {
+        let version = meta.version;
+        match &event.payload {
+            Some(Payload::VideoViewed(e)) => {
+                let (video, user) = ids(&e.video_id, &e.user_id)?;
+                self.views
+                    .execute(tx, &[&video, &user, &e.view_count], version)
+                    .await?;
+            }
+            Some(Payload::VideoLiked(e)) => {
+                let (video, user) = ids(&e.video_id, &e.user_id)?;
+                self.liked
+                    .execute(tx, &[&video, &user, &true], version)
+                    .await?;
+            }
+            Some(Payload::VideoUnliked(e)) => {
+                let (video, user) = ids(&e.video_id, &e.user_id)?;
+                self.liked
+                    .execute(tx, &[&video, &user, &false], version)
+                    .await?;
+            }
+            Some(Payload::WatchProgressed(e)) => {
+                let (video, user) = ids(&e.video_id, &e.user_id)?;
+                self.progress
+                    .execute(
+                        tx,
+                        &[&video, &user, &e.position_secs, &e.completed],
+                        version,
+                    )
+                    .await?;
+            }
+            None => {
+                return Err(HandlerError::Permanent(format!(
+                    "{} event has no payload",
+                    meta.event_type
+                )))
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,130 @@
+//! JSON over HTTP against a running service (awc: the actix client, so it needs an actix or
+//! tokio-local runtime, such as `#[actix_rt::test]`).
+
+use anyhow::Context as _;
+use awc::http::Method;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// One service's base address and, when it wants one, the bearer token for writes.
+#[derive(Clone)]
+pub struct Api {
+    client: awc::Client,
+    base: String,
+    token: Option<String>,
+}
+
+/// An answer: status and the JSON body (`Value::Null` when it had none).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    /// `body[field]` as a string (`aggregate_id`, `error`, …), empty when absent.
+    pub fn text(&self, field: &str) -> String {
+        self.body[field].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// `body[field]` as an integer (`version`, …).
+    pub fn int(&self, field: &str) -> Option<i64> {
+        self.body[field].as_i64()
+    }
+}
+
+impl Api {
+    pub fn new(addr: SocketAddr, token: Option<String>) -> Self {
+        Self {
+            client: awc::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .finish(),
+            base: format!("http://{addr}"),
+            token,
+        }
+    }
+
+    pub fn without_token(&self) -> Self {
+        Self {
+            token: None,
+            ..self.clone()
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Reply> {
+        self.send(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Reply> {
+        self.send(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: Option<&Value>) -> anyhow::Result<Reply> {
+        self.send(Method::PUT, path, body).await
+    }
+
+    pub async fn patch(&self, path: &str, body: &Value) -> anyhow::Result<Reply> {
+        self.send(Method::PATCH, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Reply> {
+        self.send(Method::DELETE, path, None).await
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<Reply> {
+        match body {
+            Some(body) => {
+                self.send_raw(method, path, "application/json", &body.to_string())
+                    .await
+            }
+            None => self.send_raw(method, path, "", "").await,
+        }
+    }
+
+    /// Sends `body` as is (malformed JSON, other content types).
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: &str,
+    ) -> anyhow::Result<Reply> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.client.request(method.clone(), &url);
+        if let Some(token) = &self.token {
+            request = request.insert_header(("Authorization", format!("Bearer {token}")));
+        }
+        if !content_type.is_empty() {
+            request = request.insert_header(("Content-Type", content_type));
+        }
+        let mut response = request
+            .send_body(body.to_owned())
+            .await
+            .map_err(|e| anyhow::anyhow!("{method} {url}: {e}"))?;
+        let bytes = response
+            .body()
+            .limit(1 << 20)
+            .await
+            .map_err(|e| anyhow::anyhow!("{method} {url}: reading the body: {e}"))?;
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).with_context(|| {
+                format!(
+                    "{method} {url}: body is not JSON: {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })?
+        };
+        Ok(Reply {
+            status: response.status().as_u16(),
+            body,
+        })
+    }
+}

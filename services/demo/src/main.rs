@@ -1,0 +1,137 @@
+//! `courier-demo`: both services on the local default stack, a scripted story through their
+//! HTTP APIs, a table of what flowed where, then serving until Ctrl-C.
+
+use anyhow::Context as _;
+use clap::Parser;
+use courier::service::RunOptions;
+use courier::CourierConfig;
+use courier_demo::{scenario, stack};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "courier-demo",
+    version,
+    about = "Runs the catalog and engagement services, drives a short story through their HTTP \
+             APIs and prints what flowed where",
+    after_help = "Example (PostgreSQL and the emulator must be up; scripts/demo starts them):\n  \
+                  PUBSUB_EMULATOR_HOST=127.0.0.1:8085 courier-demo --exit"
+)]
+struct Args {
+    /// The catalog's config; COURIER_* variables are NOT applied to it (they would apply to
+    /// both services), PUBSUB_EMULATOR_HOST is.
+    #[arg(long, default_value = "deploy/local/catalog.toml")]
+    catalog_config: PathBuf,
+    /// The engagement service's config.
+    #[arg(long, default_value = "deploy/local/engagement.toml")]
+    engagement_config: PathBuf,
+    /// Exit after the table instead of serving until Ctrl-C.
+    #[arg(long)]
+    exit: bool,
+    /// Longest wait for one service to see the other's events.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    wait_secs: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    courier::telemetry::init_logging(false, "warn");
+    match actix_rt::System::new().block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A service config: the file, plus `PUBSUB_EMULATOR_HOST` only.
+fn load(path: &PathBuf) -> anyhow::Result<CourierConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    let emulator = std::env::vars().filter(|(name, _)| name == "PUBSUB_EMULATOR_HOST");
+    CourierConfig::from_toml_and_env(&text, emulator)
+        .with_context(|| format!("config {}", path.display()))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let catalog = load(&args.catalog_config)?;
+    let engagement = load(&args.engagement_config)?;
+    let wait = Duration::from_secs(args.wait_secs);
+
+    println!("== preparing: databases, roles, schemas, topics, subscriptions");
+    for line in stack::prepare(&catalog, &engagement).await? {
+        println!("   {line}");
+    }
+    let options = RunOptions::default();
+    let running = stack::Stack::start(&catalog, &engagement, options).await?;
+    println!(
+        "== running: catalog on http://{}, engagement on http://{}",
+        running.catalog.addr, running.engagement.addr
+    );
+
+    println!("== the story");
+    let story = scenario::run(
+        &running.catalog_api(),
+        &running.engagement_api(),
+        wait,
+        |line| println!("   {line}"),
+    )
+    .await;
+    let story = match story {
+        Ok(story) => story,
+        Err(e) => {
+            running.shutdown(Duration::from_secs(5)).await;
+            return Err(e);
+        }
+    };
+
+    let admin = admin_client(&catalog).await?;
+    let deadline = tokio::time::Instant::now() + wait;
+    let flows = loop {
+        let flows = scenario::flows(&admin).await?;
+        let settled = flows
+            .iter()
+            .all(|f| f.pending == 0 && f.projected >= f.published);
+        if settled || tokio::time::Instant::now() >= deadline {
+            break flows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!(
+        "== what flowed where ({} videos, {} users)",
+        story.videos.len(),
+        story.users.len()
+    );
+    print!("{}", scenario::table(&flows));
+
+    if args.exit {
+        running.shutdown(Duration::from_secs(5)).await;
+        return Ok(());
+    }
+    println!(
+        "== serving until Ctrl-C (try: curl http://{}/videos/{})",
+        running.catalog.addr, story.videos[0]
+    );
+    courier::service::cli::wait_for_signal().await;
+    println!("== stopping");
+    running.shutdown(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+async fn admin_client(config: &CourierConfig) -> anyhow::Result<tokio_postgres::Client> {
+    let url = config
+        .database
+        .admin_url
+        .as_ref()
+        .unwrap_or(&config.database.url);
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .context("connect to the database to read the flows")?;
+    actix_rt::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}

@@ -1,0 +1,1 @@
+SELECT status FROM videos_replica WHERE video_id = $1

@@ -1,0 +1,123 @@
+//! `videos_replica`: the engagement service's copy of the catalog's videos, enough to refuse
+//! engagement with unknown or deleted videos. Creates and deletes are versioned upserts;
+//! an update changes only the fields it carries, and only over an older version.
+
+use courier::inbound::{EventMeta, HandlerError, Projection, VersionedUpsert};
+use courier_proto::catalog::v1::{event::Payload, Event, VideoStatus};
+use tokio_postgres::Transaction;
+use uuid::Uuid;
+
+const TABLE: &str = "videos_replica";
+
+#[derive(Clone)]
+pub struct VideosReplica {
+    created: VersionedUpsert,
+    deleted: VersionedUpsert,
+}
+
+impl VideosReplica {
+    pub fn new() -> Self {
+        let upsert = |columns: &[&str]| {
+            VersionedUpsert::new(TABLE, &["video_id"], columns)
+                .expect("static table and column names are identifiers")
+        };
+        Self {
+            created: upsert(&[
+                "uploader_id",
+                "title",
+                "duration_secs",
+                "status",
+                "deleted_at",
+            ]),
+            deleted: upsert(&["status", "deleted_at"]),
+        }
+    }
+}
+
+impl Default for VideosReplica {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn uuid(name: &str, value: &str) -> Result<Uuid, HandlerError> {
+    Uuid::parse_str(value)
+        .map_err(|e| HandlerError::Permanent(format!("{name} {value:?} is not a UUID: {e}")))
+}
+
+fn status_name(status: i32) -> Result<&'static str, HandlerError> {
+    match VideoStatus::try_from(status) {
+        Ok(VideoStatus::Draft) => Ok("draft"),
+        Ok(VideoStatus::Published) => Ok("published"),
+        Ok(VideoStatus::Deleted) => Ok("deleted"),
+        Ok(VideoStatus::Unspecified) | Err(_) => Err(HandlerError::Permanent(format!(
+            "video status {status} is not one this replica knows"
+        ))),
+    }
+}
+
+impl Projection for VideosReplica {
+    type Event = Event;
+
+    async fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        meta: &EventMeta,
+        event: &Event,
+    ) -> Result<(), HandlerError> {
+        let version = meta.version;
+        match &event.payload {
+            Some(Payload::VideoCreated(e)) => {
+                let video = uuid("video_id", &e.video_id)?;
+                let uploader = uuid("uploader_id", &e.uploader_id)?;
+                let status = status_name(e.status)?;
+                let deleted_at: Option<chrono::DateTime<chrono::Utc>> = None;
+                self.created
+                    .execute(
+                        tx,
+                        &[
+                            &video,
+                            &uploader,
+                            &e.title,
+                            &e.duration_secs,
+                            &status,
+                            &deleted_at,
+                        ],
+                        version,
+                    )
+                    .await?;
+            }
+            Some(Payload::VideoUpdated(e)) => {
+                let video = uuid("video_id", &e.video_id)?;
+                let status = e.status.map(status_name).transpose()?;
+                let updated = tx
+                    .execute(
+                        include_str!("queries/update_replica.sql"),
+                        &[&video, &e.title, &e.duration_secs, &status, &version],
+                    )
+                    .await?;
+                if updated == 0 {
+                    tracing::debug!(video_id = %video, version, "update of a video the replica does not hold at an older version");
+                }
+            }
+            Some(Payload::VideoDeleted(e)) => {
+                let video = uuid("video_id", &e.video_id)?;
+                let deleted_at = e
+                    .deleted_at
+                    .as_ref()
+                    .and_then(courier_proto::datetime)
+                    .unwrap_or(meta.occurred_at);
+                self.deleted
+                    .execute(tx, &[&video, &"deleted", &deleted_at], version)
+                    .await?;
+            }
+            None => {
+                return Err(HandlerError::Permanent(format!(
+                    "{} event has no payload",
+                    meta.event_type
+                )))
+            }
+        }
+        Ok(())
+    }
+}
