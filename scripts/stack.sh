@@ -73,3 +73,32 @@ stop_emulator() {
         kill -9 -- -"$STACK_EMULATOR_PID" 2>/dev/null || true
     fi
 }
+
+# promtool (Debian package prometheus) for the alert-rule tests (deploy/prometheus/check.sh).
+# Installed only when missing. The package's Prometheus server must not start: a policy-rc.d
+# forbids service starts during the install, and a systemd unit is stopped and disabled.
+ensure_promtool() (
+    command -v promtool >/dev/null 2>&1 && exit 0
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        trap '$sudo rm -f "$policy"' EXIT
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+        $sudo chmod 755 "$policy"
+    fi
+    log=$(mktemp)
+    if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && $sudo env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -qq --no-install-recommends prometheus; } >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        echo "could not install promtool (Debian package prometheus)" >&2
+        exit 1
+    fi
+    rm -f "$log"
+    if [ -d /run/systemd/system ]; then
+        $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+    command -v promtool >/dev/null 2>&1
+)

@@ -52,6 +52,11 @@ impl TestPubSub {
         }
     }
 
+    /// A client of `config`'s project (from [`TestPubSub::isolated_config`]).
+    pub fn client_for(&self, config: &PubSubConfig) -> PubSub {
+        PubSub::new(config.clone())
+    }
+
     pub fn client(&self) -> PubSub {
         PubSub::new(self.config())
     }

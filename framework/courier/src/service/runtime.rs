@@ -118,6 +118,8 @@ impl RunningService {
         config: &CourierConfig,
         options: RunOptions,
     ) -> Result<Self, ServiceError> {
+        // Before any actor records a metric: what is recorded before the recorder exists is lost.
+        crate::metrics::prometheus_handle();
         if options.migrate {
             let report = migrate(&service, config).await?;
             tracing::info!(service = service.name, applied = ?report.applied, "migrated");

@@ -1,0 +1,219 @@
+//! The production manifests in deploy/ name what the binaries really are: the image the
+//! Dockerfile builds, binaries and subcommands that exist, the port the config listens on,
+//! probe paths the framework serves, environment variables that are real config keys — and
+//! the alert rules pass promtool.
+
+use courier::service::http::{HEALTH_PATH, READY_PATH};
+use courier::CourierConfig;
+use std::path::{Path, PathBuf};
+use yaml_rust2::{Yaml, YamlLoader};
+
+const SUBCOMMANDS: &[&str] = &["serve", "migrate", "provision"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn yaml_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("deploy dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            yaml_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            found.push(path);
+        }
+    }
+}
+
+/// Every container spec in a document, wherever the resource kind nests it.
+fn containers<'a>(node: &'a Yaml, found: &mut Vec<&'a Yaml>) {
+    match node {
+        Yaml::Hash(hash) => {
+            for (key, value) in hash {
+                if matches!(key.as_str(), Some("containers" | "initContainers")) {
+                    found.extend(value.as_vec().into_iter().flatten());
+                } else {
+                    containers(value, found);
+                }
+            }
+        }
+        Yaml::Array(items) => items.iter().for_each(|item| containers(item, found)),
+        _ => {}
+    }
+}
+
+/// A stand-in for a value that comes from a secret, valid for its key.
+fn placeholder(name: &str) -> String {
+    match name {
+        n if n.ends_with("URL") => "postgres://role@db.internal:5432/courier".into(),
+        n if n.ends_with("AUTH_TOKEN") => "a-secret-token-0123456789".into(),
+        _ => "placeholder".into(),
+    }
+}
+
+fn check_container(file: &Path, container: &Yaml, dockerfile: &str) -> Result<(), String> {
+    let image = container["image"].as_str().ok_or("no image")?;
+    if !image.ends_with("/courier/courier:latest") {
+        return Err(format!(
+            "image {image} is not the courier image deploy/Dockerfile builds"
+        ));
+    }
+    let command = container["command"][0].as_str().ok_or("no command")?;
+    let binary = command
+        .strip_prefix("/usr/local/bin/")
+        .ok_or_else(|| format!("command {command} is not in /usr/local/bin"))?;
+    if !["catalog", "engagement"].contains(&binary)
+        || !dockerfile.contains(&format!("target/release/{binary}"))
+    {
+        return Err(format!(
+            "binary {binary} is not a service the Dockerfile installs"
+        ));
+    }
+    let subcommand = container["args"][0].as_str().ok_or("no args")?;
+    if !SUBCOMMANDS.contains(&subcommand) {
+        return Err(format!("{binary} has no subcommand {subcommand}"));
+    }
+
+    // Environment: COURIER_CONFIG names a shipped config (and the image holds it); every
+    // other variable is an override the config loader accepts.
+    let mut config_path = None;
+    let mut overrides = Vec::new();
+    for var in container["env"].as_vec().into_iter().flatten() {
+        let name = var["name"].as_str().ok_or("env entry without name")?;
+        let value = var["value"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| placeholder(name));
+        if name == courier::config::CONFIG_PATH_ENV {
+            config_path = Some(value);
+        } else {
+            overrides.push((name.to_owned(), value));
+        }
+    }
+    let config_path = config_path.ok_or("no COURIER_CONFIG")?;
+    let shipped = config_path
+        .strip_prefix("/etc/courier/")
+        .map(|rest| {
+            let rest = rest
+                .strip_prefix("cloudrun/")
+                .or(rest.strip_prefix("k8s/"))
+                .unwrap_or(rest);
+            let platform = if file.to_string_lossy().contains("cloudrun") {
+                "cloudrun"
+            } else {
+                "k8s"
+            };
+            repo().join("deploy").join(platform).join(rest)
+        })
+        .ok_or_else(|| format!("COURIER_CONFIG {config_path} is not under /etc/courier"))?;
+    let text = std::fs::read_to_string(&shipped)
+        .map_err(|e| format!("COURIER_CONFIG {config_path} ({}): {e}", shipped.display()))?;
+    if !text.contains(&format!("schema = \"{binary}\"")) {
+        return Err(format!("{config_path} is not {binary}'s config"));
+    }
+    let config = CourierConfig::from_toml_and_env(&text, overrides)
+        .map_err(|e| format!("{config_path} with the manifest's env: {e}"))?;
+    let config_dir = shipped
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|d| d.to_str())
+        .unwrap_or_default();
+    if !dockerfile.contains(&format!("deploy/{config_dir}/{binary}.toml")) {
+        return Err(format!(
+            "the image does not hold deploy/{config_dir}/{binary}.toml"
+        ));
+    }
+
+    if subcommand != "serve" {
+        return Ok(());
+    }
+    let port = config
+        .http
+        .listen
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<i64>().ok())
+        .ok_or("http.listen has no port")?;
+    let ports: Vec<&Yaml> = container["ports"].as_vec().into_iter().flatten().collect();
+    let declared = ports
+        .iter()
+        .any(|p| p["containerPort"].as_i64() == Some(port));
+    if !declared {
+        return Err(format!(
+            "no containerPort {port} (http.listen of {config_path})"
+        ));
+    }
+    let port_names: Vec<&str> = ports.iter().filter_map(|p| p["name"].as_str()).collect();
+    let mut probes = 0;
+    for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+        let get = &container[probe]["httpGet"];
+        if get.is_badvalue() {
+            continue;
+        }
+        probes += 1;
+        let path = get["path"]
+            .as_str()
+            .ok_or(format!("{probe} without path"))?;
+        if ![HEALTH_PATH, READY_PATH].contains(&path) {
+            return Err(format!("{probe} path {path} is not served"));
+        }
+        let hits = get["port"].as_i64() == Some(port)
+            || get["port"]
+                .as_str()
+                .is_some_and(|n| port_names.contains(&n));
+        if !hits {
+            return Err(format!("{probe} does not probe port {port}"));
+        }
+    }
+    if probes < 2 {
+        return Err("a served container needs readiness/startup and liveness probes".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn every_manifest_names_real_images_binaries_ports_probes_and_config_keys() {
+    let dockerfile = std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("Dockerfile");
+    let mut files = Vec::new();
+    for dir in ["deploy/cloudrun", "deploy/k8s"] {
+        yaml_files(&repo().join(dir), &mut files);
+    }
+    let mut checked = 0;
+    let mut served = std::collections::BTreeSet::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("readable");
+        let docs = YamlLoader::load_from_str(&text)
+            .unwrap_or_else(|e| panic!("{}: not YAML: {e}", file.display()));
+        for doc in &docs {
+            let mut found = Vec::new();
+            containers(doc, &mut found);
+            for container in found {
+                check_container(file, container, &dockerfile)
+                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                if container["args"][0].as_str() == Some("serve") {
+                    let platform = if file.to_string_lossy().contains("cloudrun") {
+                        "cloudrun"
+                    } else {
+                        "k8s"
+                    };
+                    served.insert(format!(
+                        "{platform}/{}",
+                        container["command"][0].as_str().unwrap_or_default()
+                    ));
+                }
+                checked += 1;
+            }
+        }
+    }
+    // Both services are deployed on both platforms.
+    assert_eq!(served.len(), 4, "served containers: {served:?}");
+    assert!(checked >= 8, "only {checked} containers found");
+}
+
+#[test]
+fn alert_rules_pass_promtool() {
+    let status = std::process::Command::new(repo().join("deploy/prometheus/check.sh"))
+        .status()
+        .expect("deploy/prometheus/check.sh runs (promtool: Debian package prometheus)");
+    assert!(status.success(), "promtool check/test rules failed");
+}

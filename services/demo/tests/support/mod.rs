@@ -1,0 +1,147 @@
+//! Both services on a test's own database (schemas `catalog` and `engagement`, each owned by
+//! a role of this test) and a Pub/Sub project of its own on the emulator.
+
+#![allow(dead_code)]
+
+use courier::inbound::ConsumerOptions;
+use courier::outbox::RelayOptions;
+use courier::service::RunOptions;
+use courier::supervision::EscalationHandler;
+use courier::CourierConfig;
+use courier_demo::client::Api;
+use courier_demo::stack::{self, Stack};
+use courier_testkit::{test_config, TestDb, TestPubSub};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const TOKEN: &str = "test-token-0123456789";
+
+pub struct TestStack {
+    pub db: TestDb,
+    pub pubsub: TestPubSub,
+    pub catalog_config: CourierConfig,
+    pub engagement_config: CourierConfig,
+    pub stack: Option<Stack>,
+}
+
+/// The escalation handler of these tests: nothing here should exhaust a restart budget.
+fn no_escalation() -> EscalationHandler {
+    Arc::new(|e| panic!("unexpected escalation: {e:?}"))
+}
+
+pub fn run_options() -> RunOptions {
+    RunOptions {
+        relay: RelayOptions {
+            escalate: no_escalation(),
+            ..RelayOptions::default()
+        },
+        consumer: ConsumerOptions {
+            escalate: no_escalation(),
+            ..ConsumerOptions::default()
+        },
+        ..RunOptions::default()
+    }
+}
+
+fn service_config(
+    db: &TestDb,
+    pubsub: &TestPubSub,
+    project: &courier::config::PubSubConfig,
+    schema: &str,
+    token: Option<&str>,
+) -> CourierConfig {
+    let mut config = test_config(db, pubsub);
+    config.database = db.service_database(schema);
+    config.database.pool_size = 4;
+    config.pubsub = project.clone();
+    config.http.listen = "127.0.0.1:0".into();
+    config.http.auth_token = token.map(str::to_owned);
+    config.http.read_wait_millis = 3_000;
+    config.consumer.streams = 1;
+    // The emulator holds a killed stream's messages until this deadline passes (EMULATOR.md).
+    config.consumer.lease_extension_secs = 10;
+    config
+}
+
+impl TestStack {
+    /// Prepares (migrate + provision, subscriptions with a 10 s ack deadline so a killed
+    /// consumer's messages come back quickly) and starts both services.
+    pub async fn start(token: Option<&str>) -> anyhow::Result<Self> {
+        let mut prepared = Self::prepared(token).await?;
+        prepared.stack = Some(
+            Stack::start(
+                &prepared.catalog_config,
+                &prepared.engagement_config,
+                run_options(),
+            )
+            .await?,
+        );
+        Ok(prepared)
+    }
+
+    /// Migrated and provisioned; nothing running yet.
+    pub async fn prepared(token: Option<&str>) -> anyhow::Result<Self> {
+        courier_testkit::init_logging();
+        let db = TestDb::new().await?;
+        let pubsub = TestPubSub::get().await?;
+        let project = pubsub.isolated_config();
+        let catalog_config = service_config(&db, &pubsub, &project, "catalog", token);
+        let engagement_config = service_config(&db, &pubsub, &project, "engagement", token);
+        let client = pubsub.client_for(&project);
+        for (service, name) in [
+            (courier_catalog::service(), courier_catalog::NAME),
+            (courier_engagement::service(), courier_engagement::NAME),
+        ] {
+            for inbound in &service.inbound {
+                let mut spec = inbound.subscription(name);
+                spec.ack_deadline_secs = 10;
+                client.provision(&spec).await?;
+            }
+        }
+        stack::prepare(&catalog_config, &engagement_config).await?;
+        Ok(Self {
+            db,
+            pubsub,
+            catalog_config,
+            engagement_config,
+            stack: None,
+        })
+    }
+
+    pub fn stack(&self) -> &Stack {
+        self.stack.as_ref().expect("stack running")
+    }
+
+    pub fn catalog(&self) -> Api {
+        self.stack().catalog_api()
+    }
+
+    pub fn engagement(&self) -> Api {
+        self.stack().engagement_api()
+    }
+
+    /// Rows of `sql` (a `SELECT count(*) …`) as the test's superuser, who sees both schemas.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let conn = self.db.pool.get().await.expect("connection");
+        conn.query_one(sql, &[]).await.expect(sql).get(0)
+    }
+
+    pub async fn outbox_rows(&self) -> (i64, i64) {
+        (
+            self.count("SELECT count(*) FROM catalog.outbox").await,
+            self.count("SELECT count(*) FROM engagement.outbox").await,
+        )
+    }
+}
+
+impl Drop for TestStack {
+    fn drop(&mut self) {
+        if let Some(stack) = self.stack.take() {
+            stack.catalog.kill();
+            stack.engagement.kill();
+        }
+    }
+}
+
+/// How long a test waits for the other service to see an event.
+pub const FLOW: Duration = Duration::from_secs(30);
