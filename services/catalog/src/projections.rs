@@ -2,7 +2,7 @@
 //! service's events. Each event sets the columns it is about through a versioned upsert, so a
 //! duplicate, a replay or a late redelivery never moves a row backwards.
 
-use courier::inbound::{EventMeta, HandlerError, Projection, VersionedUpsert};
+use courier::inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpsert};
 use courier_proto::engagement::v1::{event::Payload, Event};
 use tokio_postgres::Transaction;
 use uuid::Uuid;
@@ -39,11 +39,10 @@ impl Default for VideoUserEngagements {
 
 /// The ids of an event, which must be UUIDs (the producer checked them at its edge).
 fn ids(video_id: &str, user_id: &str) -> Result<(Uuid, Uuid), HandlerError> {
-    let parse = |name: &str, value: &str| {
-        Uuid::parse_str(value)
-            .map_err(|e| HandlerError::Permanent(format!("{name} {value:?} is not a UUID: {e}")))
-    };
-    Ok((parse("video_id", video_id)?, parse("user_id", user_id)?))
+    Ok((
+        uuid_field("video_id", video_id)?,
+        uuid_field("user_id", user_id)?,
+    ))
 }
 
 impl Projection for VideoUserEngagements {

@@ -2,10 +2,9 @@
 //! engagement with unknown or deleted videos. Creates and deletes are versioned upserts;
 //! an update changes only the fields it carries, and only over an older version.
 
-use courier::inbound::{EventMeta, HandlerError, Projection, VersionedUpsert};
+use courier::inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpsert};
 use courier_proto::catalog::v1::{event::Payload, Event, VideoStatus};
 use tokio_postgres::Transaction;
-use uuid::Uuid;
 
 const TABLE: &str = "videos_replica";
 
@@ -40,11 +39,6 @@ impl Default for VideosReplica {
     }
 }
 
-fn uuid(name: &str, value: &str) -> Result<Uuid, HandlerError> {
-    Uuid::parse_str(value)
-        .map_err(|e| HandlerError::Permanent(format!("{name} {value:?} is not a UUID: {e}")))
-}
-
 fn status_name(status: i32) -> Result<&'static str, HandlerError> {
     match VideoStatus::try_from(status) {
         Ok(VideoStatus::Draft) => Ok("draft"),
@@ -68,8 +62,8 @@ impl Projection for VideosReplica {
         let version = meta.version;
         match &event.payload {
             Some(Payload::VideoCreated(e)) => {
-                let video = uuid("video_id", &e.video_id)?;
-                let uploader = uuid("uploader_id", &e.uploader_id)?;
+                let video = uuid_field("video_id", &e.video_id)?;
+                let uploader = uuid_field("uploader_id", &e.uploader_id)?;
                 let status = status_name(e.status)?;
                 let deleted_at: Option<chrono::DateTime<chrono::Utc>> = None;
                 self.created
@@ -88,7 +82,7 @@ impl Projection for VideosReplica {
                     .await?;
             }
             Some(Payload::VideoUpdated(e)) => {
-                let video = uuid("video_id", &e.video_id)?;
+                let video = uuid_field("video_id", &e.video_id)?;
                 let status = e.status.map(status_name).transpose()?;
                 let updated = tx
                     .execute(
@@ -101,7 +95,7 @@ impl Projection for VideosReplica {
                 }
             }
             Some(Payload::VideoDeleted(e)) => {
-                let video = uuid("video_id", &e.video_id)?;
+                let video = uuid_field("video_id", &e.video_id)?;
                 let deleted_at = e
                     .deleted_at
                     .as_ref()

@@ -24,4 +24,4 @@ pub use consumer::{
 };
 pub use delivery::{EventMeta, Rejection};
 pub use offsets::{GroupOffset, OffsetReset, OffsetStore};
-pub use projection::{HandlerError, Projection, UpsertOutcome, VersionedUpsert};
+pub use projection::{uuid_field, HandlerError, Projection, UpsertOutcome, VersionedUpsert};

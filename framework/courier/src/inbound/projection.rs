@@ -45,6 +45,13 @@ impl From<tokio_postgres::Error> for HandlerError {
     }
 }
 
+/// An id field of an event that must be a UUID. A malformed one can never be applied, so the
+/// error is permanent (the event is dead-lettered with this reason).
+pub fn uuid_field(name: &str, value: &str) -> Result<uuid::Uuid, HandlerError> {
+    uuid::Uuid::parse_str(value)
+        .map_err(|e| HandlerError::Permanent(format!("{name} {value:?} is not a UUID: {e}")))
+}
+
 /// A read model fed by one subscription. The framework decodes the payload, deduplicates
 /// through the inbox, calls [`Projection::apply`] inside the transaction that also saves the
 /// offset, commits, and only then acks.

@@ -141,6 +141,16 @@ fn check_expected(video_id: Uuid, expected: Option<i64>, actual: i64) -> Result<
     }
 }
 
+/// The video's row, locked until `tx` ends, or 404.
+async fn lock_video(
+    tx: &tokio_postgres::Transaction<'_>,
+    video_id: Uuid,
+) -> Result<tokio_postgres::Row, ApiError> {
+    tx.query_opt(include_str!("queries/lock_video.sql"), &[&video_id])
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("video {video_id} does not exist")))
+}
+
 fn token(video_id: Uuid, version: i64) -> VersionToken {
     VersionToken {
         aggregate_id: video_id.to_string(),
@@ -230,10 +240,7 @@ pub async fn update(
         .await
         .map_err(DbError::pool("update video"))?;
     let tx = conn.transaction().await?;
-    let row = tx
-        .query_opt(include_str!("queries/lock_video.sql"), &[&video_id])
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("video {video_id} does not exist")))?;
+    let row = lock_video(&tx, video_id).await?;
     let version: i64 = row.get("version");
     let status: String = row.get("status");
     if status == "deleted" {
@@ -307,10 +314,7 @@ pub async fn delete(
         .await
         .map_err(DbError::pool("delete video"))?;
     let tx = conn.transaction().await?;
-    let row = tx
-        .query_opt(include_str!("queries/lock_video.sql"), &[&video_id])
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("video {video_id} does not exist")))?;
+    let row = lock_video(&tx, video_id).await?;
     let version: i64 = row.get("version");
     check_expected(video_id, query.expected_version, version)?;
     if row.get::<_, String>("status") == "deleted" {
