@@ -522,6 +522,35 @@ async fn two_relays_split_the_shards_and_one_takes_over_when_the_other_dies() ->
 }
 
 #[tokio::test]
+async fn a_relay_shutting_down_gracefully_hands_its_shards_over_within_one_tick(
+) -> anyhow::Result<()> {
+    // A lease of 30 s: a dead relay's shards move after the lease; a relay that shut down
+    // gracefully deregistered, so the survivor takes them on its next tick (every 10 s).
+    let s = setup(|c| c.relay.claim_lease_secs = 30).await?;
+    let a = spawn(&s.config, options())?;
+    let b = spawn(&s.config, options())?;
+    wait_until(
+        Duration::from_secs(60),
+        "A and B own 2 shards each",
+        || async { a.owned_shards().await.len() == 2 && b.owned_shards().await.len() == 2 },
+    )
+    .await?;
+    b.shutdown(Duration::from_secs(10)).await;
+    let stopped = Instant::now();
+    wait_until(Duration::from_secs(60), "A owns all 4 shards", || async {
+        a.owned_shards().await.len() == 4
+    })
+    .await?;
+    let handover = stopped.elapsed();
+    let lease = s.config.relay.claim_lease();
+    assert!(
+        handover < lease / 2,
+        "handover took {handover:?}: the survivor waited for the lease ({lease:?})"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
 ) -> anyhow::Result<()> {
     // Polling so slow that only NOTIFY can explain a quick publish.

@@ -9,7 +9,7 @@ use crate::outbox::append::wake_channel;
 use crate::outbox::claimer::BeforeMark;
 use crate::outbox::notify_listener::NotifyListener;
 use crate::outbox::publisher::{PublishFault, PublisherSettings, Publishers};
-use crate::outbox::shard_owner::{ClaimerParts, OwnedShards, ReleaseAll, ShardOwner};
+use crate::outbox::shard_owner::{ClaimerParts, Deregister, OwnedShards, ReleaseAll, ShardOwner};
 use crate::outbox::store::OutboxStore;
 use crate::pubsub::PubSub;
 use crate::supervision::{exit_process_on_escalation, EscalationHandler, Supervision};
@@ -159,6 +159,7 @@ impl RelayHandle {
         while tokio::time::Instant::now() < deadline && !self.owned_shards().await.is_empty() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let _ = self.shard_owner.send(Deregister).await;
         self.kill();
     }
 }

@@ -41,6 +41,13 @@ pub struct OwnedShards;
 #[rtype(result = "()")]
 pub struct ReleaseAll;
 
+/// Forget this instance in `relay_instances` (after [`ReleaseAll`] drained every shard), so
+/// the other relays count one instance less and take its shards on their next tick instead
+/// of after the heartbeat lease.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Deregister;
+
 /// Shared parts every claimer gets.
 #[derive(Clone)]
 pub struct ClaimerParts {
@@ -144,7 +151,12 @@ impl ShardOwner {
         let order = shard_order(instance, shard_count);
         ctx.spawn(
             async move {
-                let live = store.heartbeat(instance, &owned, lease).await?;
+                // Shutting down: no heartbeat, so the row that `Deregister` deletes stays gone.
+                let live = if shutting_down {
+                    1
+                } else {
+                    store.heartbeat(instance, &owned, lease).await?
+                };
                 sample_backlog(&store).await;
                 let share = if shutting_down { 0 } else { shard_count.div_ceil(live) as usize };
                 let mut acquired = Vec::new();
@@ -353,6 +365,21 @@ impl Handler<ReleaseAll> for ShardOwner {
         for shard in shards {
             self.release(shard, ctx);
         }
+    }
+}
+
+impl Handler<Deregister> for ShardOwner {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Deregister, _ctx: &mut Self::Context) -> Self::Result {
+        let store = self.parts.store.clone();
+        let instance = self.instance_id;
+        Box::pin(async move {
+            if let Err(e) = store.deregister(instance).await {
+                // The row then simply expires with its heartbeat lease.
+                tracing::warn!(%instance, error = %e, "cannot deregister relay instance");
+            }
+        })
     }
 }
 

@@ -48,6 +48,7 @@ pub struct OutboxStore {
     release: String,
     set_shard_idle: String,
     heartbeat: String,
+    deregister: String,
     backlog: String,
 }
 
@@ -70,6 +71,7 @@ impl OutboxStore {
             release: render(include_str!("queries/release.sql"), schema),
             set_shard_idle: render(include_str!("queries/set_shard_idle.sql"), schema),
             heartbeat: render(include_str!("queries/heartbeat.sql"), schema),
+            deregister: render(include_str!("queries/deregister.sql"), schema),
             backlog: render(include_str!("queries/backlog.sql"), schema),
         }
     }
@@ -210,6 +212,15 @@ impl OutboxStore {
             .await
             .map_err(DbError::query("relay heartbeat"))?;
         Ok(u32::try_from(row.get::<_, i64>(0)).unwrap_or(1).max(1))
+    }
+
+    /// Removes this instance from `relay_instances` (graceful shutdown).
+    pub async fn deregister(&self, instance: Uuid) -> Result<(), DbError> {
+        let conn = self.conn("relay deregister").await?;
+        conn.execute(&self.deregister, &[&instance])
+            .await
+            .map_err(DbError::query("relay deregister"))?;
+        Ok(())
     }
 
     /// Reads the outbox gauges.
