@@ -6,6 +6,9 @@
 //! - `demo` shows the write side end to end: append events, watch them arrive in order.
 
 mod demo;
+mod offsets;
+mod outbox;
+mod output;
 mod provision;
 mod relay;
 
@@ -50,6 +53,16 @@ enum Command {
         after_help = "Example:\n  courier provision --topic catalog.video.events --consumer engagement --role reader"
     )]
     Provision(provision::ProvisionArgs),
+    /// The outbox backlog and its dead rows (list, retry, skip).
+    #[command(subcommand)]
+    Outbox(outbox::OutboxCommand),
+    /// Consumer groups' offsets: show, reset (audited, then Seek).
+    #[command(subcommand)]
+    Offsets(offsets::OffsetsCommand),
+    /// Seek a subscription to a time: retained messages since then are delivered again.
+    #[command(after_help = "Example:
+  courier replay --subscription catalog.video.events.engagement-reader --to-time 2026-11-23T10:00:00Z")]
+    Replay(offsets::ReplayArgs),
     /// Append events through the outbox and watch them arrive on a subscription, in order.
     #[command(after_help = "Example:\n  courier demo --events 2000 --keys 100")]
     Demo(demo::DemoArgs),
@@ -90,6 +103,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Relay(args) => relay::run(config, args).await,
         Command::Provision(args) => provision::run(config, args).await,
         Command::Demo(args) => demo::run(config, args).await,
+        Command::Outbox(command) => outbox::run(config, command).await,
+        Command::Offsets(command) => offsets::run(config, command).await,
+        Command::Replay(args) => offsets::replay(config, args).await,
     }
 }
 

@@ -43,6 +43,13 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0003_create_inbox_and_offsets",
             sql: include_str!("../../../migrations/courier/0003_create_inbox_and_offsets.sql"),
         },
+        Migration {
+            version: 4,
+            name: "0004_create_outbox_operator_actions",
+            sql: include_str!(
+                "../../../migrations/courier/0004_create_outbox_operator_actions.sql"
+            ),
+        },
     ],
 };
 

@@ -8,7 +8,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Transaction;
 
 /// Where a consumer group is.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct GroupOffset {
     pub subscription: String,
     /// The message processed last (by publish time), unless a reset cleared it.
@@ -22,7 +22,7 @@ pub struct GroupOffset {
 }
 
 /// The result of a reset.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OffsetReset {
     /// Row id in `consumer_offset_resets`.
     pub audit_id: i64,
@@ -110,6 +110,47 @@ impl OffsetStore {
             updated_at: r.get("updated_at"),
             lanes: r.get("lanes"),
         }))
+    }
+
+    /// Every consumer group with a saved offset in this schema.
+    pub async fn groups(&self, pool: &PgPool) -> Result<Vec<String>, DbError> {
+        let context = format!("list consumer groups in schema {}", self.schema);
+        let client = pool.get().await.map_err(DbError::pool(&context))?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT DISTINCT consumer_group FROM {}.consumer_offsets ORDER BY 1",
+                    self.schema
+                ),
+                &[],
+            )
+            .await
+            .map_err(DbError::query(&context))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// The publish time saved with `message_id` in one of `group`'s lanes, to reset to a
+    /// message instead of a time (Pub/Sub seeks to times).
+    pub async fn publish_time_of(
+        &self,
+        pool: &PgPool,
+        group: &str,
+        message_id: &str,
+    ) -> Result<Option<DateTime<Utc>>, DbError> {
+        let context = format!("find message {message_id} in the offsets of group {group}");
+        let client = pool.get().await.map_err(DbError::pool(&context))?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT max(publish_time) FROM {}.consumer_offsets
+                     WHERE consumer_group = $1 AND message_id = $2",
+                    self.schema
+                ),
+                &[&group, &message_id],
+            )
+            .await
+            .map_err(DbError::query(&context))?;
+        Ok(row.and_then(|r| r.get(0)))
     }
 
     /// Moves every lane of `group` to `to`, forgets the inbox rows of events published since

@@ -12,6 +12,7 @@ pub mod attributes;
 pub mod claimer;
 pub mod event;
 pub mod notify_listener;
+pub mod operator;
 pub mod publisher;
 pub mod relay;
 pub mod shard;

@@ -1,0 +1,210 @@
+//! `courier outbox …`: the outbox backlog per shard, and the dead rows that block their keys —
+//! list, retry, skip (retries and skips are audited in `outbox_operator_actions`).
+
+use crate::output::{actor, print_json};
+use clap::{Args, Subcommand};
+use courier::outbox::operator::{Audit, DeadSelection, OutboxOperator};
+use courier::CourierConfig;
+use uuid::Uuid;
+
+#[derive(Subcommand)]
+pub enum OutboxCommand {
+    /// Backlog per shard: pending, in flight, dead, age of the oldest pending row.
+    #[command(
+        after_help = "Example:\n  courier --config deploy/local/catalog.toml outbox stats --json"
+    )]
+    Stats(JsonFlag),
+    /// Dead rows: out of attempts or failed permanently; each blocks its key.
+    #[command(subcommand)]
+    Dead(DeadCommand),
+}
+
+#[derive(Args)]
+pub struct JsonFlag {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum DeadCommand {
+    /// List dead rows, oldest first.
+    #[command(after_help = "Example:\n  courier outbox dead list --limit 20")]
+    List {
+        /// At most this many rows.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+        limit: i64,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Publish dead rows again (attempts reset), in their keys' order.
+    #[command(
+        after_help = "Examples:\n  courier outbox dead retry 0190f1c2-…  --reason \"topic recreated\"\n  courier outbox dead retry --all --dry-run"
+    )]
+    Retry {
+        /// Event ids of dead rows.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<Uuid>,
+        /// Every dead row.
+        #[arg(long)]
+        all: bool,
+        /// Why, for the audit table.
+        #[arg(long, default_value = "operator retry")]
+        reason: String,
+        /// Show what would be retried; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Give up on one dead row: never sent, its key's later versions flow again.
+    #[command(
+        after_help = "Example:\n  courier outbox dead skip 0190f1c2-… --reason \"superseded by v8\""
+    )]
+    Skip {
+        /// Event id of the dead row.
+        id: Uuid,
+        /// Why, for the audit table (required: skipping loses an event).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Result<()> {
+    let pool = courier::db::pool(&config.database, "courier-cli")?;
+    let operator = OutboxOperator::new(pool, &config.database.schema);
+    match command {
+        OutboxCommand::Stats(JsonFlag { json }) => {
+            let stats = operator.shard_stats(config.relay.claim_lease()).await?;
+            if json {
+                return print_json(&stats);
+            }
+            if stats.is_empty() {
+                println!(
+                    "outbox of schema {}: nothing pending",
+                    config.database.schema
+                );
+            } else {
+                println!(
+                    "{:>5} {:>9} {:>9} {:>6} {:>12}",
+                    "shard", "pending", "in flight", "dead", "oldest (s)"
+                );
+                for s in &stats {
+                    println!(
+                        "{:>5} {:>9} {:>9} {:>6} {:>12.1}",
+                        s.shard, s.pending, s.in_flight, s.dead, s.oldest_pending_secs
+                    );
+                }
+            }
+        }
+        OutboxCommand::Dead(DeadCommand::List { limit, json }) => {
+            let rows = operator.dead_rows(limit).await?;
+            if json.json {
+                return print_json(&rows);
+            }
+            if rows.is_empty() {
+                println!("no dead rows");
+            }
+            for r in &rows {
+                println!(
+                    "{} {} v{} {} on {} (shard {}, {} attempts, dead since {}): {}",
+                    r.event_id,
+                    r.aggregate_id,
+                    r.version,
+                    r.event_type,
+                    r.topic,
+                    r.shard,
+                    r.publish_attempts,
+                    r.dead_at.format("%Y-%m-%d %H:%M:%S"),
+                    r.last_error.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        OutboxCommand::Dead(DeadCommand::Retry {
+            ids,
+            all,
+            reason,
+            dry_run,
+            json,
+        }) => {
+            let selection = if all {
+                DeadSelection::All
+            } else {
+                DeadSelection::Ids(ids)
+            };
+            let acted = if dry_run {
+                let dead = operator.dead_rows(i64::MAX).await?;
+                dead.into_iter()
+                    .filter(|r| match &selection {
+                        DeadSelection::All => true,
+                        DeadSelection::Ids(ids) => ids.contains(&r.event_id),
+                    })
+                    .map(|r| courier::outbox::operator::ActedOn {
+                        event_id: r.event_id,
+                        aggregate_id: r.aggregate_id,
+                        version: r.version,
+                    })
+                    .collect()
+            } else {
+                let actor = actor();
+                operator
+                    .retry(
+                        &selection,
+                        &Audit {
+                            actor: &actor,
+                            reason: &reason,
+                        },
+                    )
+                    .await?
+            };
+            if json.json {
+                return print_json(&acted);
+            }
+            let verb = if dry_run { "would retry" } else { "retried" };
+            println!("{verb} {} dead row(s)", acted.len());
+            for a in &acted {
+                println!("  {} {} v{}", a.event_id, a.aggregate_id, a.version);
+            }
+            if let DeadSelection::Ids(ids) = &selection {
+                let missing: Vec<String> = ids
+                    .iter()
+                    .filter(|id| !acted.iter().any(|a| a.event_id == **id))
+                    .map(Uuid::to_string)
+                    .collect();
+                anyhow::ensure!(missing.is_empty(), "not dead rows: {}", missing.join(", "));
+            }
+        }
+        OutboxCommand::Dead(DeadCommand::Skip { id, reason, json }) => {
+            anyhow::ensure!(
+                !reason.trim().is_empty(),
+                "--reason must say why the event is given up"
+            );
+            let actor = actor();
+            let acted = operator
+                .skip(
+                    id,
+                    &Audit {
+                        actor: &actor,
+                        reason: &reason,
+                    },
+                )
+                .await?
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{id} is not a dead row of schema {}",
+                        config.database.schema
+                    )
+                })?;
+            if json.json {
+                return print_json(&acted);
+            }
+            println!(
+                "skipped {} ({} v{}): later versions of {} flow again",
+                acted.event_id, acted.aggregate_id, acted.version, acted.aggregate_id
+            );
+        }
+    }
+    Ok(())
+}
