@@ -81,6 +81,14 @@ impl TestStack {
 
     /// Migrated and provisioned; nothing running yet.
     pub async fn prepared(token: Option<&str>) -> anyhow::Result<Self> {
+        Self::prepared_with(token, |_| {}).await
+    }
+
+    /// As [`TestStack::prepared`], with a change to every subscription before it is created.
+    pub async fn prepared_with(
+        token: Option<&str>,
+        tweak: impl Fn(&mut courier::pubsub::SubscriptionSpec),
+    ) -> anyhow::Result<Self> {
         courier_testkit::init_logging();
         let db = TestDb::new().await?;
         let pubsub = TestPubSub::get().await?;
@@ -95,6 +103,7 @@ impl TestStack {
             for inbound in &service.inbound {
                 let mut spec = inbound.subscription(name);
                 spec.ack_deadline_secs = 10;
+                tweak(&mut spec);
                 client.provision(&spec).await?;
             }
         }

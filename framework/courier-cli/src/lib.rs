@@ -1,0 +1,122 @@
+//! `courier`: the operator's command for a Courier deployment (a library too, so tests can run
+//! its commands in-process beside services).
+//!
+//! - `migrate` applies the framework's migrations.
+//! - `relay` runs the outbox relay until SIGINT/SIGTERM, then drains in-flight batches.
+//! - `provision` creates a consumer's topic, subscription and dead-letter topic, idempotently.
+//! - `outbox stats | dead list | dead retry | dead skip`: the backlog and its dead rows.
+//! - `offsets show | reset`, `replay`: consumer positions, audited resets, Seek.
+//! - `demo` shows the write side end to end: append events, watch them arrive in order.
+
+mod demo;
+mod offsets;
+mod outbox;
+mod output;
+mod provision;
+mod relay;
+
+use clap::{Parser, Subcommand};
+use courier::CourierConfig;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "courier",
+    version,
+    about = "Transactional outbox → Pub/Sub → projections: migrate, provision, relay, demo"
+)]
+pub struct Cli {
+    /// Deployment config (TOML); COURIER_<SECTION>__<KEY> variables and PUBSUB_EMULATOR_HOST
+    /// override its keys.
+    #[arg(
+        long,
+        env = "COURIER_CONFIG",
+        default_value = "deploy/local/courier.toml",
+        global = true
+    )]
+    pub config: PathBuf,
+    /// Log as JSON lines instead of text (level from RUST_LOG; default info, warn for demo).
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Apply the framework's migrations to the configured database and schema.
+    #[command(after_help = "Example:\n  courier migrate --config deploy/local/courier.toml")]
+    Migrate,
+    /// Run the outbox relay until SIGINT or SIGTERM.
+    #[command(after_help = "Example:\n  courier relay --migrate --grace-secs 10")]
+    Relay(relay::RelayArgs),
+    /// Create a consumer's topic, subscription, dead-letter topic and its keeper (idempotent).
+    #[command(
+        after_help = "Example:\n  courier provision --topic catalog.video.events --consumer engagement --role reader"
+    )]
+    Provision(provision::ProvisionArgs),
+    /// The outbox backlog and its dead rows (list, retry, skip).
+    #[command(subcommand)]
+    Outbox(outbox::OutboxCommand),
+    /// Consumer groups' offsets: show, reset (audited, then Seek).
+    #[command(subcommand)]
+    Offsets(offsets::OffsetsCommand),
+    /// Seek a subscription to a time: retained messages since then are delivered again.
+    #[command(after_help = "Example:
+  courier replay --subscription catalog.video.events.engagement-reader --to-time 2026-11-23T10:00:00Z")]
+    Replay(offsets::ReplayArgs),
+    /// Append events through the outbox and watch them arrive on a subscription, in order.
+    #[command(after_help = "Example:\n  courier demo --events 2000 --keys 100")]
+    Demo(demo::DemoArgs),
+}
+
+/// Runs one parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = load_config(&cli.config)?;
+    match cli.command {
+        Command::Migrate => {
+            let applied = migrate(&config).await?;
+            println!("{applied}");
+            Ok(())
+        }
+        Command::Relay(args) => relay::run(config, args).await,
+        Command::Provision(args) => provision::run(config, args).await,
+        Command::Demo(args) => demo::run(config, args).await,
+        Command::Outbox(command) => outbox::run(config, command).await,
+        Command::Offsets(command) => offsets::run(config, command).await,
+        Command::Replay(args) => offsets::replay(config, args).await,
+    }
+}
+
+fn load_config(path: &std::path::Path) -> anyhow::Result<CourierConfig> {
+    use anyhow::Context as _;
+    CourierConfig::load(path).with_context(|| format!("--config {}", path.display()))
+}
+
+/// Applies the framework's migrations and says what it did.
+async fn migrate(config: &CourierConfig) -> anyhow::Result<String> {
+    let pool = courier::db::pool(&config.database, "courier-cli")?;
+    let report =
+        courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER])
+            .await?;
+    let applied = if report.applied.is_empty() {
+        "none to apply".to_string()
+    } else {
+        format!("applied {}", report.applied.join(", "))
+    };
+    Ok(format!(
+        "migrations in schema {}: {applied}; {} were already applied",
+        config.database.schema, report.already_applied
+    ))
+}
+
+impl Cli {
+    /// The log level when `RUST_LOG` is unset: the demo's own output tells the story, the
+    /// relay's info logs would bury it.
+    pub fn default_log_level(&self) -> &'static str {
+        match self.command {
+            Command::Demo(_) => "warn",
+            _ => "info",
+        }
+    }
+}
