@@ -6,6 +6,7 @@
 //! - `provision` creates a consumer's topic, subscription and dead-letter topic, idempotently.
 //! - `outbox stats | dead list | dead retry | dead skip`: the backlog and its dead rows.
 //! - `offsets show | reset`, `replay`: consumer positions, audited resets, Seek.
+//! - `status`: one service's pipeline on one screen.
 //! - `demo` shows the write side end to end: append events, watch them arrive in order.
 
 mod demo;
@@ -14,6 +15,7 @@ mod outbox;
 mod output;
 mod provision;
 mod relay;
+mod status;
 
 use clap::{Parser, Subcommand};
 use courier::CourierConfig;
@@ -65,6 +67,9 @@ pub enum Command {
     #[command(after_help = "Example:
   courier replay --subscription catalog.video.events.engagement-reader --to-time 2026-11-23T10:00:00Z")]
     Replay(offsets::ReplayArgs),
+    /// One screen: backlog, publish rate, relays, consumer lag of the configured service.
+    #[command(after_help = "Example:\n  courier --config deploy/local/catalog.toml status")]
+    Status(status::StatusArgs),
     /// Append events through the outbox and watch them arrive on a subscription, in order.
     #[command(after_help = "Example:\n  courier demo --events 2000 --keys 100")]
     Demo(demo::DemoArgs),
@@ -85,6 +90,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Outbox(command) => outbox::run(config, command).await,
         Command::Offsets(command) => offsets::run(config, command).await,
         Command::Replay(args) => offsets::replay(config, args).await,
+        Command::Status(args) => status::run(config, args).await,
     }
 }
 

@@ -1,0 +1,96 @@
+//! `courier status`: one service's pipeline on one screen — backlog, publish rate, relays,
+//! and per consumer group how far it is and how far behind.
+
+use crate::output::print_json;
+use chrono::Utc;
+use courier::db::render;
+use courier::inbound::OffsetStore;
+use courier::CourierConfig;
+use serde::Serialize;
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Status {
+    schema: String,
+    pending: i64,
+    dead: i64,
+    oldest_pending_secs: f64,
+    published_per_sec: f64,
+    live_relays: i64,
+    relays_started_last_hour: i64,
+    applied_per_sec: f64,
+    consumers: Vec<ConsumerStatus>,
+}
+
+#[derive(Serialize)]
+struct ConsumerStatus {
+    group: String,
+    subscription: String,
+    /// Lag (publish → projection commit) at the group's last save.
+    lag_millis: i64,
+    /// Seconds since the group last saved an offset.
+    idle_secs: i64,
+}
+
+pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> {
+    let schema = &config.database.schema;
+    let pool = courier::db::pool(&config.database, "courier-cli")?;
+    let row = pool
+        .get()
+        .await?
+        .query_one(
+            &render(include_str!("queries/status.sql"), schema),
+            &[&config.relay.claim_lease().as_secs_f64()],
+        )
+        .await?;
+    let offsets = OffsetStore::new(schema, config.consumer.offset_lanes);
+    let mut consumers = Vec::new();
+    for group in offsets.groups(&pool).await? {
+        if let Some(offset) = offsets.load(&pool, &group).await? {
+            consumers.push(ConsumerStatus {
+                group,
+                subscription: offset.subscription,
+                lag_millis: offset.max_lag_millis,
+                idle_secs: (Utc::now() - offset.updated_at).num_seconds(),
+            });
+        }
+    }
+    let per_sec = |n: i64| n as f64 / 60.0;
+    let status = Status {
+        schema: schema.clone(),
+        pending: row.get("pending"),
+        dead: row.get("dead"),
+        oldest_pending_secs: row.get("oldest_pending_secs"),
+        published_per_sec: per_sec(row.get("published_last_minute")),
+        live_relays: row.get("live_relays"),
+        relays_started_last_hour: row.get("relays_started_last_hour"),
+        applied_per_sec: per_sec(row.get("applied_last_minute")),
+        consumers,
+    };
+    if args.json {
+        return print_json(&status);
+    }
+    println!("schema {}", status.schema);
+    println!(
+        "  outbox   {} pending (oldest {:.1} s), {} dead, publishing {:.1}/s",
+        status.pending, status.oldest_pending_secs, status.dead, status.published_per_sec
+    );
+    println!(
+        "  relays   {} alive, {} started in the last hour",
+        status.live_relays, status.relays_started_last_hour
+    );
+    println!("  applying {:.1} events/s", status.applied_per_sec);
+    for c in &status.consumers {
+        println!(
+            "  consumer {} on {}: lag {} ms at last save, last save {} s ago",
+            c.group, c.subscription, c.lag_millis, c.idle_secs
+        );
+    }
+    Ok(())
+}
