@@ -217,3 +217,92 @@ fn alert_rules_pass_promtool() {
         .expect("deploy/prometheus/check.sh runs (promtool: Debian package prometheus)");
     assert!(status.success(), "promtool check/test rules failed");
 }
+
+#[test]
+fn the_dashboard_uses_only_metrics_the_framework_exports() {
+    use courier::metrics as m;
+    let known = [
+        m::OUTBOX_PENDING_COUNT,
+        m::OUTBOX_DEAD_COUNT,
+        m::OUTBOX_OLDEST_PENDING_SECONDS,
+        m::OUTBOX_MAX_DELIVERY_ATTEMPTS,
+        m::OUTBOX_PUBLISH_SUCCESS_TOTAL,
+        m::OUTBOX_PUBLISH_ERROR_TOTAL,
+        m::OUTBOX_PUBLISH_LATENCY,
+        m::OUTBOX_DEAD_TOTAL,
+        m::OUTBOX_APPENDED_TOTAL,
+        m::OUTBOX_CLAIM_BATCH_SIZE,
+        m::OUTBOX_OWNED_SHARDS,
+        m::LIVE_PUBLISHERS,
+        m::PROJECTION_PROCESS_SUCCESS_TOTAL,
+        m::PROJECTION_PROCESS_ERROR_TOTAL,
+        m::PROJECTION_PROCESS_LATENCY,
+        m::PROJECTION_VERSION_LAG,
+        m::PROJECTION_DEAD_LETTERED_TOTAL,
+        m::PROJECTION_DUPLICATES_TOTAL,
+        m::LIVE_PROJECTORS,
+        m::RECEIVER_OUTSTANDING_MESSAGES,
+        m::ACTOR_RESTARTS_TOTAL,
+    ];
+    let groups = [
+        m::offset_lag_metric("catalog_projector"),
+        m::offset_lag_metric("engagement_reader"),
+    ];
+    let text =
+        std::fs::read_to_string(repo().join("deploy/grafana/courier.json")).expect("dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
+    let mut exprs = Vec::new();
+    collect_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 10, "only {} panel queries", exprs.len());
+    let mut used = std::collections::BTreeSet::new();
+    for expr in &exprs {
+        // Metric-like words: lowercase identifiers with an underscore, minus PromQL's own.
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            let word = word.trim_end_matches("_bucket").trim_end_matches("_sum");
+            let word = if word.ends_with("_count") && !known.contains(&word) {
+                word.trim_end_matches("_count")
+            } else {
+                word
+            };
+            // (`_offset_lag_ms` alone is the tail of a `{__name__=~".+_offset_lag_ms"}` regex.)
+            let is_metric = word.contains('_')
+                && !word.starts_with('_')
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && (word.starts_with("outbox_")
+                    || word.starts_with("projection_")
+                    || word.starts_with("courier_")
+                    || word.ends_with("_offset_lag_ms"));
+            if is_metric {
+                assert!(
+                    known.contains(&word) || groups.iter().any(|g| g == word),
+                    "dashboard query uses {word}, which the framework does not export: {expr}"
+                );
+                used.insert(word.to_owned());
+            }
+        }
+    }
+    for name in [
+        m::OUTBOX_PENDING_COUNT,
+        m::OUTBOX_PUBLISH_LATENCY,
+        m::PROJECTION_PROCESS_LATENCY,
+    ] {
+        assert!(used.contains(name), "dashboard does not chart {name}");
+    }
+}
+
+fn collect_exprs(node: &serde_json::Value, found: &mut Vec<String>) {
+    match node {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("expr", serde_json::Value::String(expr)) => found.push(expr.clone()),
+                    _ => collect_exprs(value, found),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|item| collect_exprs(item, found)),
+        _ => {}
+    }
+}
