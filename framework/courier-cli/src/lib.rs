@@ -7,9 +7,11 @@
 //! - `outbox stats | dead list | dead retry | dead skip`: the backlog and its dead rows.
 //! - `offsets show | reset`, `replay`: consumer positions, audited resets, Seek.
 //! - `status`: one service's pipeline on one screen.
+//! - `dlq peek | republish`: a subscription's dead letters, and sending them back.
 //! - `demo` shows the write side end to end: append events, watch them arrive in order.
 
 mod demo;
+mod dlq;
 mod offsets;
 mod outbox;
 mod output;
@@ -67,6 +69,9 @@ pub enum Command {
     #[command(after_help = "Example:
   courier replay --subscription catalog.video.events.engagement-reader --to-time 2026-11-23T10:00:00Z")]
     Replay(offsets::ReplayArgs),
+    /// Dead letters of a subscription: peek, republish to the main topic.
+    #[command(subcommand)]
+    Dlq(dlq::DlqCommand),
     /// One screen: backlog, publish rate, relays, consumer lag of the configured service.
     #[command(after_help = "Example:\n  courier --config deploy/local/catalog.toml status")]
     Status(status::StatusArgs),
@@ -91,6 +96,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Offsets(command) => offsets::run(config, command).await,
         Command::Replay(args) => offsets::replay(config, args).await,
         Command::Status(args) => status::run(config, args).await,
+        Command::Dlq(command) => dlq::run(config, command).await,
     }
 }
 
