@@ -90,25 +90,75 @@ pub fn install_prometheus(listen: &str) -> Result<(), String> {
     prometheus_builder()?
         .with_http_listener(addr)
         .install()
-        .map_err(|e| format!("cannot start metrics endpoint on {listen}: {e}"))
+        .map_err(|e| format!("cannot start metrics endpoint on {listen}: {e}"))?;
+    register_all();
+    Ok(())
 }
+
+static HANDLE: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+    std::sync::OnceLock::new();
 
 /// The process-wide recorder for a service's own `/metrics` route, installed on first use;
 /// `None` when another recorder was installed first. Several services in one process (tests,
 /// the demo) share it.
 pub fn prometheus_handle() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
-    static HANDLE: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
-        std::sync::OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            match prometheus_builder().and_then(|b| b.install_recorder().map_err(|e| e.to_string()))
-            {
-                Ok(handle) => Some(handle),
-                Err(e) => {
-                    tracing::warn!(error = %e, "no metrics recorder for /metrics");
-                    None
-                }
-            }
-        })
-        .clone()
+    HANDLE.get_or_init(|| install_recorder(None)).clone()
+}
+
+/// Installs the recorder for a process that runs exactly one service: every series carries
+/// `service="<name>"`, so a dashboard can tell the services apart. Without effect once a
+/// recorder is installed.
+pub fn install_for_service(service: &str) {
+    HANDLE.get_or_init(|| install_recorder(Some(service)));
+}
+
+fn install_recorder(
+    service: Option<&str>,
+) -> Option<metrics_exporter_prometheus::PrometheusHandle> {
+    let installed = prometheus_builder().and_then(|builder| {
+        let builder = match service {
+            Some(service) => builder.add_global_label("service", service),
+            None => builder,
+        };
+        builder.install_recorder().map_err(|e| e.to_string())
+    });
+    match installed {
+        Ok(handle) => {
+            register_all();
+            Some(handle)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no metrics recorder for /metrics");
+            None
+        }
+    }
+}
+
+/// Every unlabelled counter starts at 0 and every unlabelled gauge exists from the start, so
+/// `rate()` and alerts see them before the first event (labelled series appear on first use).
+pub fn register_all() {
+    for name in [
+        OUTBOX_PUBLISH_SUCCESS_TOTAL,
+        OUTBOX_PUBLISH_ERROR_TOTAL,
+        OUTBOX_DEAD_TOTAL,
+        OUTBOX_APPENDED_TOTAL,
+        PROJECTION_PROCESS_SUCCESS_TOTAL,
+        PROJECTION_PROCESS_ERROR_TOTAL,
+        PROJECTION_DEAD_LETTERED_TOTAL,
+        PROJECTION_DUPLICATES_TOTAL,
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    for name in [
+        OUTBOX_PENDING_COUNT,
+        OUTBOX_DEAD_COUNT,
+        OUTBOX_OLDEST_PENDING_SECONDS,
+        OUTBOX_MAX_DELIVERY_ATTEMPTS,
+        OUTBOX_OWNED_SHARDS,
+        LIVE_PUBLISHERS,
+        LIVE_PROJECTORS,
+        RECEIVER_OUTSTANDING_MESSAGES,
+    ] {
+        metrics::gauge!(name).increment(0.0);
+    }
 }

@@ -132,6 +132,8 @@ async fn run(
                 provision,
                 ..RunOptions::default()
             };
+            // One service per process: its series carry `service="<name>"`.
+            crate::metrics::install_for_service(service().name);
             let running = RunningService::start(service(), &config, options).await?;
             println!("{} listening on http://{}", running.name, running.addr);
             wait_for_signal().await;
