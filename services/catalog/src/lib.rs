@@ -44,6 +44,7 @@ pub fn service() -> Service {
         inbound: vec![Inbound::new(
             courier_proto::engagement::TOPIC,
             "projector",
+            &["video_user_engagements_projection"],
             projections::VideoUserEngagements::new(),
         )],
         routes: api::routes,

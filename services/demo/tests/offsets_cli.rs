@@ -121,3 +121,72 @@ async fn an_offset_reset_rebuilds_a_projection_by_replay_and_is_audited() -> any
     assert!(format!("{error:#}").contains("--group"), "{error:#}");
     Ok(())
 }
+
+#[actix_rt::test]
+async fn a_rebuild_clears_the_projection_and_replays_it_while_the_service_runs(
+) -> anyhow::Result<()> {
+    let mut t = TestStack::prepared_with(None, |spec| spec.ordering = false).await?;
+    t.stack = Some(
+        courier_demo::stack::Stack::start(
+            &t.catalog_config,
+            &t.engagement_config,
+            support::run_options(),
+        )
+        .await?,
+    );
+    let (catalog, engagement) = (t.catalog(), t.engagement());
+    let body = json!({ "uploader_id": Uuid::new_v4(), "title": "Rebuilt", "duration_secs": 60 });
+    let video = catalog.post("/videos", &body).await?.text("aggregate_id");
+    let before_writes = chrono::Utc::now() - chrono::Duration::seconds(1);
+    for _ in 0..2 {
+        let path = format!("/videos/{video}/likes/{}", Uuid::new_v4());
+        wait_until(FLOW, "the like is accepted", || async {
+            engagement
+                .put(&path, None)
+                .await
+                .map(|r| r.status == 200)
+                .unwrap_or(false)
+        })
+        .await?;
+    }
+    let liked = "SELECT count(*) FROM catalog.video_user_engagements_projection WHERE liked";
+    wait_until(FLOW, "2 likes projected", || async {
+        t.count(liked).await == 2
+    })
+    .await?;
+
+    let report = courier::service::runtime::rebuild(
+        &courier_catalog::service(),
+        &t.catalog_config,
+        "projector",
+        before_writes,
+        "tester",
+        "rebuild test",
+    )
+    .await?;
+    assert_eq!(
+        report.cleared,
+        vec![("video_user_engagements_projection".to_owned(), 2)]
+    );
+    assert_eq!(report.group, "catalog_projector");
+    wait_until(FLOW, "the projection rebuilt", || async {
+        t.count(liked).await == 2
+    })
+    .await?;
+    let audited = "SELECT count(*) FROM catalog.consumer_offset_resets
+                   WHERE reset_by = 'tester' AND reason = 'rebuild test'";
+    assert_eq!(t.count(audited).await, 1);
+
+    let unknown = courier::service::runtime::rebuild(
+        &courier_catalog::service(),
+        &t.catalog_config,
+        "nope",
+        before_writes,
+        "tester",
+        "x",
+    )
+    .await
+    .expect_err("unknown projection");
+    assert!(unknown.to_string().contains("projector"), "{unknown}");
+    Ok(())
+}

@@ -43,6 +43,7 @@ pub fn service() -> Service {
         inbound: vec![Inbound::new(
             courier_proto::catalog::TOPIC,
             "reader",
+            &["videos_replica"],
             projections::VideosReplica::new(),
         )],
         routes: api::routes,

@@ -45,6 +45,26 @@ enum Command {
     /// topics (idempotent; prints what it created).
     #[command(after_help = "Example:\n  PUBSUB_EMULATOR_HOST=127.0.0.1:8085 SERVICE provision")]
     Provision,
+    /// Rebuild a projection: clear its tables, reset its offset (audited) and replay from
+    /// Pub/Sub (Seek) while the service runs. Asks for confirmation unless --yes.
+    #[command(
+        after_help = "Example:\n  SERVICE rebuild --projection reader --from 2026-11-20T00:00:00Z --reason \"bug #12\" --yes"
+    )]
+    Rebuild {
+        /// The inbound subscription's role (its consumer group is `<service>_<role>`).
+        #[arg(long)]
+        projection: String,
+        /// Replay what was published since this time (RFC 3339) [default: 7 days ago, the
+        /// longest Pub/Sub retains acked messages by default].
+        #[arg(long)]
+        from: Option<String>,
+        /// Why, for the audit table.
+        #[arg(long, default_value = "rebuild")]
+        reason: String,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// The `main` of a service binary.
@@ -122,6 +142,46 @@ async fn run(
                 println!("created {line}");
             }
         }
+        Command::Rebuild {
+            projection,
+            from,
+            reason,
+            yes,
+        } => {
+            let from = match from {
+                Some(text) => chrono::DateTime::parse_from_rfc3339(&text)
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .map_err(|e| anyhow::anyhow!("--from {text:?} is not an RFC 3339 time: {e}"))?,
+                None => chrono::Utc::now() - chrono::Duration::days(7),
+            };
+            let service = service();
+            let tables = service
+                .inbound
+                .iter()
+                .find(|i| i.role == projection)
+                .map(|i| i.tables.join(", "))
+                .unwrap_or_default();
+            if !yes {
+                confirm(&format!(
+                    "This deletes every row of {tables} in schema {} and replays {} events published since {from}.",
+                    config.database.schema, service.name
+                ), &projection)?;
+            }
+            let by = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+            let report =
+                runtime::rebuild(&service, &config, &projection, from, &by, &reason).await?;
+            for (table, rows) in &report.cleared {
+                println!("cleared {table}: {rows} row(s)");
+            }
+            println!(
+                "group {} reset to {} (audit #{}), {} inbox row(s) forgotten; {} sought: the running consumer rebuilds the projection",
+                report.group,
+                report.reset.new_publish_time.to_rfc3339(),
+                report.reset.audit_id,
+                report.reset.inbox_rows_forgotten,
+                report.subscription
+            );
+        }
         Command::Serve {
             migrate,
             provision,
@@ -141,6 +201,21 @@ async fn run(
             running.shutdown(Duration::from_secs(grace_secs)).await;
         }
     }
+    Ok(())
+}
+
+/// Asks on the terminal to type `word`; refuses when stdin is not a terminal (use --yes).
+fn confirm(warning: &str, word: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    anyhow::ensure!(
+        std::io::stdin().is_terminal(),
+        "refusing without --yes: stdin is not a terminal to confirm on"
+    );
+    print!("{warning}\nType {word:?} to go on: ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    anyhow::ensure!(answer.trim() == word, "not confirmed; nothing changed");
     Ok(())
 }
 

@@ -41,11 +41,13 @@ type StartConsumer = dyn Fn(&CourierConfig, ConsumerSpec, ConsumerOptions) -> Re
     + Sync;
 
 /// One consumed subscription: `<topic>.<service>-<role>`, its dead-letter topic
-/// `<topic>.dlq`, and the projection its events feed. The consumer group is
+/// `<topic>.dlq`, the projection its events feed and the tables that projection writes. The consumer group is
 /// `<service>_<role>` (it names inbox rows, offsets and the `<group>_offset_lag_ms` gauge).
 pub struct Inbound {
     pub topic: &'static str,
     pub role: &'static str,
+    /// The read-model tables the projection writes; `rebuild` clears them before the replay.
+    pub tables: &'static [&'static str],
     start: Arc<StartConsumer>,
 }
 
@@ -53,11 +55,13 @@ impl Inbound {
     pub fn new<P: Projection + Clone>(
         topic: &'static str,
         role: &'static str,
+        tables: &'static [&'static str],
         projection: P,
     ) -> Self {
         Self {
             topic,
             role,
+            tables,
             start: Arc::new(move |config, spec, options| {
                 Consumer::spawn(config, spec, projection.clone(), options)
             }),

@@ -34,6 +34,8 @@ pub enum ServiceError {
     Http { listen: String, reason: String },
     #[error(transparent)]
     Start(#[from] ThreadStartError),
+    #[error("no projection {role:?}; this service has: {known}")]
+    UnknownProjection { role: String, known: String },
 }
 
 /// How a service is started beyond its config.
@@ -99,6 +101,80 @@ pub async fn provision(
         );
     }
     Ok(created)
+}
+
+/// What a rebuild did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RebuildReport {
+    pub group: String,
+    pub subscription: String,
+    /// Rows deleted per read-model table.
+    pub cleared: Vec<(String, u64)>,
+    pub reset: crate::inbound::OffsetReset,
+}
+
+/// Rebuilds the read model of the inbound subscription with role `role`: deletes its tables'
+/// rows (one transaction), resets the group's offset to `from` (audited; inbox rows since then
+/// forgotten) and seeks the subscription there, so the running consumer applies every event
+/// published since `from` again. Pub/Sub replays only what it retained (7 days by default).
+pub async fn rebuild(
+    service: &Service,
+    config: &CourierConfig,
+    role: &str,
+    from: chrono::DateTime<chrono::Utc>,
+    by: &str,
+    reason: &str,
+) -> Result<RebuildReport, ServiceError> {
+    let inbound = service
+        .inbound
+        .iter()
+        .find(|inbound| inbound.role == role)
+        .ok_or_else(|| ServiceError::UnknownProjection {
+            role: role.into(),
+            known: service
+                .inbound
+                .iter()
+                .map(|i| i.role)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    let spec = inbound.consumer_spec(service.name);
+    let pool = crate::db::pool(&config.database, &format!("{}-rebuild", service.name))?;
+    let mut cleared = Vec::new();
+    {
+        let context = format!("clear the tables of projection {role}");
+        let mut conn = pool.get().await.map_err(DbError::pool(&context))?;
+        let tx = conn.transaction().await.map_err(DbError::query(&context))?;
+        for table in inbound
+            .tables
+            .iter()
+            .filter(|t| crate::config::is_identifier(t))
+        {
+            let deleted = tx
+                .execute(
+                    &format!("DELETE FROM {}.{table}", config.database.schema),
+                    &[],
+                )
+                .await
+                .map_err(DbError::query(format!("clear {table}")))?;
+            cleared.push(((*table).to_owned(), deleted));
+        }
+        tx.commit().await.map_err(DbError::query(&context))?;
+    }
+    let offsets =
+        crate::inbound::OffsetStore::new(&config.database.schema, config.consumer.offset_lanes);
+    let reset = offsets
+        .reset(&pool, &spec.group, &spec.subscription, from, by, reason)
+        .await?;
+    let pubsub = PubSub::new(config.pubsub.clone());
+    let admin = pubsub.subscription_admin().await?;
+    pubsub.seek(&admin, &spec.subscription, from).await?;
+    Ok(RebuildReport {
+        group: spec.group,
+        subscription: spec.subscription,
+        cleared,
+        reset,
+    })
 }
 
 /// A service running in this process.
