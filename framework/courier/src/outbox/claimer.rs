@@ -227,6 +227,7 @@ impl Claimer {
                 r.seq,
                 RowMeta {
                     key,
+                    event_id: r.event_id,
                     version: r.version,
                     attempts: r.publish_attempts,
                 },
@@ -333,6 +334,8 @@ pub fn group_by_key(rows: Vec<ClaimedRow>) -> Vec<Vec<ClaimedRow>> {
 /// What the claimer remembers of a row until it is marked.
 struct RowMeta {
     key: PublisherKey,
+    /// For logs: which event a failure concerns.
+    event_id: Uuid,
     version: i64,
     /// Attempts before this claim.
     attempts: i32,
@@ -384,17 +387,20 @@ impl RecordContext {
         failed
             .into_iter()
             .map(|(seq, error, permanent)| {
-                let attempts_after = self.rows.get(&seq).map_or(0, |r| r.attempts).saturating_add(1);
+                let row = self.rows.get(&seq);
+                let attempts_after = row.map_or(0, |r| r.attempts).saturating_add(1);
+                let event_id = row.map(|r| r.event_id.to_string()).unwrap_or_default();
+                let ordering_key = row.map(|r| r.key.ordering_key.as_str()).unwrap_or_default();
                 let dead = permanent
                     || u32::try_from(attempts_after).unwrap_or(u32::MAX)
                         >= self.config.publish_max_attempts;
                 if dead {
                     metrics::counter!(crate::metrics::OUTBOX_DEAD_TOTAL).increment(1);
-                    tracing::error!(shard = self.shard, seq, attempts = attempts_after, error = %error,
-                        "outbox row is dead; its key waits for an operator (retry or skip)");
+                    tracing::error!(shard = self.shard, seq, event_id, ordering_key, attempts = attempts_after,
+                        error = %error, "outbox row is dead; its key waits for an operator (retry or skip)");
                 } else {
-                    tracing::warn!(shard = self.shard, seq, attempts = attempts_after, error = %error,
-                        "publish failed, will retry");
+                    tracing::warn!(shard = self.shard, seq, event_id, ordering_key, attempts = attempts_after,
+                        error = %error, "publish failed, will retry");
                 }
                 let retry_at = (!dead).then(|| {
                     let delay = backoff.delay(u32::try_from(attempts_after - 1).unwrap_or(0));
