@@ -66,6 +66,11 @@ pub fn offset_lag_metric(group: &str) -> String {
     format!("{name}_offset_lag_ms")
 }
 
+/// Time a stage waited because the next one was full (histogram, seconds, label `stage`:
+/// `receiver_flow_control` — outstanding-message limit reached; `router_mailbox` — the
+/// projectors could not take more).
+pub const BACKPRESSURE_WAIT_SECONDS: &str = "courier_backpressure_wait_seconds";
+
 /// Actor restarts by kind (counter, label `actor`).
 pub const ACTOR_RESTARTS_TOTAL: &str = "courier_actor_restarts_total";
 
@@ -78,6 +83,12 @@ fn prometheus_builder() -> Result<metrics_exporter_prometheus::PrometheusBuilder
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ],
         )
+        .and_then(|builder| {
+            builder.set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full(BACKPRESSURE_WAIT_SECONDS.into()),
+                &[0.0001, 0.001, 0.01, 0.1, 1.0, 10.0],
+            )
+        })
         .map_err(|e| e.to_string())
 }
 

@@ -493,6 +493,7 @@ async fn health_readiness_and_metrics_endpoints_answer() -> anyhow::Result<()> {
         m::OUTBOX_PUBLISH_LATENCY,
         m::PROJECTION_PROCESS_LATENCY,
         m::OUTBOX_CLAIM_BATCH_SIZE,
+        m::BACKPRESSURE_WAIT_SECONDS,
     ];
     for name in documented {
         let value = values.get(name).copied();
