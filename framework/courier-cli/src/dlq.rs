@@ -79,7 +79,12 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
     .with_context(|| format!("--subscription {:?}", args.subscription))?;
     let letters: Vec<KeptDeadLetter> = read.iter().map(|(m, _)| KeptDeadLetter::of(m)).collect();
     let mut republished = 0;
+    let mut closed_in_log = 0;
     if republish {
+        // The consuming service's schema logs its dead letters (dlq_message_count): close
+        // the republished ones there. Without that schema the republish still stands.
+        let log = courier::inbound::dead_letter_log::DeadLetterLog::new(&config.database.schema);
+        let pool = courier::db::pool(&config.database, "courier-cli")?;
         let publisher = pubsub.publisher(&topic, Duration::from_millis(5)).await?;
         for (message, handler) in read {
             // Ack only what the main topic stored; a failure leaves the rest in the keeper.
@@ -89,6 +94,13 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
                 .with_context(|| format!("republish {} to {topic}", message.message_id))?;
             handler.ack();
             republished += 1;
+            let original = KeptDeadLetter::of(&message)
+                .original_message_id
+                .unwrap_or_default();
+            match log.republished(&pool, &args.subscription, &original).await {
+                Ok(closed) => closed_in_log += usize::from(closed),
+                Err(e) => eprintln!("warning: dead letter {original} not closed in the log: {e}"),
+            }
         }
     }
     if args.json {
@@ -96,6 +108,7 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
             "keeper": keeper,
             "topic": topic,
             "republished": republished,
+            "closed_in_log": closed_in_log,
             "dead_letters": letters,
         }));
     }

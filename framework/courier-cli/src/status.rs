@@ -26,6 +26,8 @@ struct Status {
     relays_started_last_hour: i64,
     applied_per_sec: f64,
     consumers: Vec<ConsumerStatus>,
+    /// Dead letters not republished yet, per consumer group.
+    dead_letters: Vec<courier::inbound::dead_letter_log::OpenDeadLetters>,
 }
 
 #[derive(Serialize)]
@@ -72,6 +74,9 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
         relays_started_last_hour: row.get("relays_started_last_hour"),
         applied_per_sec: per_sec(row.get("applied_last_minute")),
         consumers,
+        dead_letters: courier::inbound::dead_letter_log::DeadLetterLog::new(schema)
+            .open(&pool)
+            .await?,
     };
     if args.json {
         return print_json(&status);
@@ -86,6 +91,12 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
         status.live_relays, status.relays_started_last_hour
     );
     println!("  applying {:.1} events/s", status.applied_per_sec);
+    for d in &status.dead_letters {
+        println!(
+            "  dlq      {} dead letter(s) of {} not republished ({}.dlq)",
+            d.open, d.consumer_group, d.subscription
+        );
+    }
     for c in &status.consumers {
         println!(
             "  consumer {} on {}: lag {} ms at last save, last save {} s ago",

@@ -3,14 +3,24 @@
 //! original attributes and ordering key, and leave the keeper.
 
 use courier::inbound::dead_letter::DeadLetters;
-use courier_testkit::{wait_until, Collector, TestPubSub};
+use courier_testkit::{wait_until, Collector, TestDb, TestPubSub};
 use google_cloud_pubsub::model::Message;
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;
 
 async fn courier(pubsub: &TestPubSub, args: &[&str]) -> (bool, String, String) {
+    courier_with_db(pubsub, None, args).await
+}
+
+/// As `courier`, with the consuming service's database (its dead-letter log).
+async fn courier_with_db(
+    pubsub: &TestPubSub,
+    db: Option<&TestDb>,
+    args: &[&str],
+) -> (bool, String, String) {
     let (host, project) = (pubsub.host.clone(), pubsub.config().project);
+    let url = db.map(|db| db.config.url.clone());
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let output = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_courier"))
@@ -18,6 +28,7 @@ async fn courier(pubsub: &TestPubSub, args: &[&str]) -> (bool, String, String) {
             .args(&args)
             .env("PUBSUB_EMULATOR_HOST", host)
             .env("COURIER_PUBSUB__PROJECT", project)
+            .envs(url.map(|url| ("COURIER_DATABASE__URL", url)))
             .output()
             .expect("run courier")
     })
@@ -52,6 +63,7 @@ async fn with_two_dead_letters(pubsub: &TestPubSub) -> anyhow::Result<String> {
     .await?;
     for (event, key) in [("e1", "video-1"), ("e2", "video-2")] {
         let original = Message::new()
+            .set_message_id(format!("message-{event}"))
             .set_data(b"payload".to_vec())
             .set_attributes([("event_id".to_string(), event.to_string())])
             .set_ordering_key(key);

@@ -66,6 +66,10 @@ pub fn offset_lag_metric(group: &str) -> String {
     format!("{name}_offset_lag_ms")
 }
 
+/// Dead letters a consumer group produced that nobody republished yet (gauge, label
+/// `subscription`), from `dead_letter_log`.
+pub const DLQ_MESSAGE_COUNT: &str = "dlq_message_count";
+
 /// Time a stage waited because the next one was full (histogram, seconds, label `stage`:
 /// `receiver_flow_control` — outstanding-message limit reached; `router_mailbox` — the
 /// projectors could not take more).

@@ -50,6 +50,11 @@ pub const COURIER: MigrationSet = MigrationSet {
                 "../../../migrations/courier/0004_create_outbox_operator_actions.sql"
             ),
         },
+        Migration {
+            version: 5,
+            name: "0005_create_dead_letter_log",
+            sql: include_str!("../../../migrations/courier/0005_create_dead_letter_log.sql"),
+        },
     ],
 };
 

@@ -151,6 +151,12 @@ async fn poison_messages_are_dead_lettered_with_their_reason_and_stop_blocking(
         "{exhausted_reason}"
     );
     assert_eq!(consumer.stats().dead_lettered, 4);
+    // Logged as open dead letters: what dlq_message_count and `courier status` report.
+    assert_eq!(
+        s.scalar("SELECT count(*) FROM courier.dead_letter_log WHERE republished_at IS NULL")
+            .await,
+        4
+    );
     Ok(())
 }
 

@@ -488,6 +488,7 @@ async fn health_readiness_and_metrics_endpoints_answer() -> anyhow::Result<()> {
         m::PROJECTION_DUPLICATES_TOTAL,
         m::LIVE_PROJECTORS,
         m::RECEIVER_OUTSTANDING_MESSAGES,
+        m::DLQ_MESSAGE_COUNT,
     ];
     let histograms = [
         m::OUTBOX_PUBLISH_LATENCY,

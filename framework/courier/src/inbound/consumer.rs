@@ -8,6 +8,7 @@
 use crate::config::{ConsumerConfig, CourierConfig};
 use crate::db::{DbError, PgPool};
 use crate::inbound::dead_letter::DeadLetters;
+use crate::inbound::dead_letter_log::DeadLetterLog;
 use crate::inbound::delivery::{Delivery, EventMeta};
 use crate::inbound::inbox::Inbox;
 use crate::inbound::offsets::OffsetStore;
@@ -152,6 +153,7 @@ pub struct ConsumerParts<P: Projection> {
     pub inbox: Inbox,
     pub offsets: OffsetStore,
     pub dead_letters: DeadLetters,
+    pub dead_letter_log: DeadLetterLog,
     /// This process, as recorded in `consumer_offsets.updated_by`.
     pub instance: String,
     pub stats: Arc<ConsumerStats>,
@@ -167,6 +169,12 @@ impl<P: Projection> ConsumerParts<P> {
             .record(delivery.received_at.elapsed().as_secs_f64());
         delivery.handler.ack();
         self.stats.on_acked();
+    }
+
+    fn set_dead_letter_gauge(&self, open: i64) {
+        #[allow(clippy::cast_precision_loss)]
+        metrics::gauge!(m::DLQ_MESSAGE_COUNT, "subscription" => self.spec.subscription.clone())
+            .set(open as f64);
     }
 
     /// Gives a delivery back to Pub/Sub for redelivery.
@@ -197,6 +205,25 @@ impl<P: Projection> ConsumerParts<P> {
                 );
                 handler.ack();
                 metrics::counter!(m::PROJECTION_DEAD_LETTERED_TOTAL).increment(1);
+                // Bookkeeping only: the dead letter itself is safe in its topic already.
+                match self
+                    .dead_letter_log
+                    .record(
+                        &self.pool,
+                        &self.spec.group,
+                        &self.spec.subscription,
+                        &message.message_id,
+                        &message.ordering_key,
+                        reason,
+                    )
+                    .await
+                {
+                    Ok(open) => self.set_dead_letter_gauge(open),
+                    Err(e) => {
+                        tracing::warn!(message_id = %message.message_id, consumer_group = %self.spec.group,
+                        error = %e, "dead letter not logged; dlq_message_count undercounts")
+                    }
+                }
                 self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 self.stats.on_acked();
                 true
@@ -254,6 +281,7 @@ pub async fn start<P: Projection>(
         inbox: Inbox::new(&config.database.schema),
         offsets: OffsetStore::new(&config.database.schema, config.consumer.offset_lanes),
         dead_letters,
+        dead_letter_log: DeadLetterLog::new(&config.database.schema),
         instance: format!("{}-{}", spec.group, uuid::Uuid::new_v4().simple()),
         stats: stats.clone(),
         before_ack: options.before_ack.clone(),
@@ -284,6 +312,19 @@ pub async fn start<P: Projection>(
             Supervision::new("receiver", instance, receiver_policy, escalate),
         )
     });
+    // The gauge starts from what earlier runs left open.
+    match parts.dead_letter_log.open(&parts.pool).await {
+        Ok(open) => {
+            let mine = open
+                .iter()
+                .find(|o| o.consumer_group == parts.spec.group)
+                .map_or(0, |o| o.open);
+            parts.set_dead_letter_gauge(mine);
+        }
+        Err(e) => {
+            tracing::warn!(consumer_group = %parts.spec.group, error = %e, "cannot count open dead letters")
+        }
+    }
     tracing::info!(
         consumer_group = %parts.spec.group,
         subscription = %parts.spec.subscription,

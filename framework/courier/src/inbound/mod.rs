@@ -10,6 +10,7 @@
 
 pub mod consumer;
 pub mod dead_letter;
+pub mod dead_letter_log;
 pub mod delivery;
 pub mod inbox;
 pub mod offsets;
