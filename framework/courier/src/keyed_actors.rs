@@ -14,10 +14,44 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// Messages handed to one keyed actor and not yet finished; also kept in the
+/// `courier_mailbox_depth{actor}` gauge of its kind (the sum over every key).
+#[derive(Debug)]
+pub struct Queued {
+    count: AtomicUsize,
+    kind: &'static str,
+}
+
+impl Queued {
+    fn new(kind: &'static str) -> Self {
+        Self {
+            count: AtomicUsize::new(0),
+            kind,
+        }
+    }
+
+    fn add(&self, n: usize) {
+        self.count.fetch_add(n, Ordering::SeqCst);
+        #[allow(clippy::cast_precision_loss)]
+        metrics::gauge!(crate::metrics::MAILBOX_DEPTH, "actor" => self.kind).increment(n as f64);
+    }
+
+    /// The actor finished with `n` messages (processed, nacked or given back).
+    pub fn finished(&self, n: usize) {
+        self.count.fetch_sub(n, Ordering::SeqCst);
+        #[allow(clippy::cast_precision_loss)]
+        metrics::gauge!(crate::metrics::MAILBOX_DEPTH, "actor" => self.kind).decrement(n as f64);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count.load(Ordering::SeqCst) == 0
+    }
+}
+
 /// A live actor and the messages handed to it and not yet finished.
 struct Live<A: Actor> {
     addr: Addr<A>,
-    queued: Arc<AtomicUsize>,
+    queued: Arc<Queued>,
 }
 
 /// Why a message was not handed over; the message comes back to the caller.
@@ -31,12 +65,15 @@ pub enum Refused<M> {
 
 pub struct KeyedActors<K, A: Actor> {
     map: DashMap<K, Live<A>>,
+    /// The actor kind, as the mailbox-depth gauge labels it.
+    kind: &'static str,
 }
 
-impl<K: Eq + Hash + Clone, A: Actor> Default for KeyedActors<K, A> {
-    fn default() -> Self {
+impl<K: Eq + Hash + Clone, A: Actor> KeyedActors<K, A> {
+    pub fn new(kind: &'static str) -> Self {
         Self {
             map: DashMap::new(),
+            kind,
         }
     }
 }
@@ -75,7 +112,7 @@ where
         &self,
         key: &K,
         message: M,
-        mut start: impl FnMut(Arc<AtomicUsize>) -> Addr<A>,
+        mut start: impl FnMut(Arc<Queued>) -> Addr<A>,
     ) -> Result<(), Refused<M>>
     where
         A: Handler<M>,
@@ -86,21 +123,21 @@ where
         // Twice: an actor that passivated after the lookup has a closed mailbox.
         for _ in 0..2 {
             let entry = self.map.entry(key.clone()).or_insert_with(|| {
-                let queued = Arc::new(AtomicUsize::new(0));
+                let queued = Arc::new(Queued::new(self.kind));
                 Live {
                     addr: start(queued.clone()),
                     queued,
                 }
             });
-            entry.queued.fetch_add(1, Ordering::SeqCst);
+            entry.queued.add(1);
             match entry.addr.try_send(message) {
                 Ok(()) => return Ok(()),
                 Err(SendError::Full(returned)) => {
-                    entry.queued.fetch_sub(1, Ordering::SeqCst);
+                    entry.queued.finished(1);
                     return Err(Refused::Full(returned));
                 }
                 Err(SendError::Closed(returned)) => {
-                    entry.queued.fetch_sub(1, Ordering::SeqCst);
+                    entry.queued.finished(1);
                     message = returned;
                     let closed = entry.addr.clone();
                     drop(entry);
@@ -115,9 +152,7 @@ where
     /// actor then stops). Called by the actor itself when idle.
     pub fn leave_if_idle(&self, key: &K, addr: &Addr<A>) -> bool {
         self.map
-            .remove_if(key, |_, live| {
-                live.addr == *addr && live.queued.load(Ordering::SeqCst) == 0
-            })
+            .remove_if(key, |_, live| live.addr == *addr && live.queued.is_empty())
             .is_some()
     }
 
@@ -127,10 +162,10 @@ where
         let idle_key = self
             .map
             .iter()
-            .find(|e| e.queued.load(Ordering::SeqCst) == 0)
+            .find(|e| e.queued.is_empty())
             .map(|e| e.key().clone())?;
         self.map
-            .remove_if(&idle_key, |_, live| live.queued.load(Ordering::SeqCst) == 0)
+            .remove_if(&idle_key, |_, live| live.queued.is_empty())
             .map(|(_, live)| live.addr)
     }
 }

@@ -70,6 +70,10 @@ pub fn offset_lag_metric(group: &str) -> String {
 /// `subscription`), from `dead_letter_log`.
 pub const DLQ_MESSAGE_COUNT: &str = "dlq_message_count";
 
+/// Messages handed to per-key actors and not yet finished, summed per kind (gauge, label
+/// `actor`: `projector`, `key_publisher`).
+pub const MAILBOX_DEPTH: &str = "courier_mailbox_depth";
+
 /// Time a stage waited because the next one was full (histogram, seconds, label `stage`:
 /// `receiver_flow_control` — outstanding-message limit reached; `router_mailbox` — the
 /// projectors could not take more).

@@ -245,6 +245,7 @@ fn the_dashboard_uses_only_metrics_the_framework_exports() {
         m::ACTOR_RESTARTS_TOTAL,
         m::BACKPRESSURE_WAIT_SECONDS,
         m::DLQ_MESSAGE_COUNT,
+        m::MAILBOX_DEPTH,
     ];
     let groups = [
         m::offset_lag_metric("catalog_projector"),

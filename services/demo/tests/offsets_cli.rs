@@ -96,6 +96,57 @@ async fn an_offset_reset_rebuilds_a_projection_by_replay_and_is_audited() -> any
                    WHERE consumer_group = 'catalog_projector' AND reason = 'rebuild after wipe'";
     assert_eq!(t.count(audited).await, 1);
 
+    // To a message instead of a time: the publish time saved with that message id.
+    let conn = t.db.pool.get().await?;
+    let message_id: String = conn
+        .query_one(
+            "SELECT message_id FROM catalog.consumer_offsets
+             WHERE consumer_group = 'catalog_projector' AND message_id IS NOT NULL LIMIT 1",
+            &[],
+        )
+        .await?
+        .get(0);
+    courier(
+        &t,
+        &[
+            "offsets",
+            "reset",
+            "--group",
+            "catalog_projector",
+            "--subscription",
+            "engagement.video.events.catalog-projector",
+            "--to-message",
+            &message_id,
+            "--reason",
+            "to a message",
+            "--json",
+        ],
+    )
+    .await?;
+    assert_eq!(
+        t.count(
+            "SELECT count(*) FROM catalog.consumer_offset_resets WHERE reason = 'to a message'"
+        )
+        .await,
+        1
+    );
+    // A bare replay (Seek only): the inbox keeps the replayed events from a second effect.
+    courier(
+        &t,
+        &[
+            "replay",
+            "--subscription",
+            "engagement.video.events.catalog-projector",
+            "--to-time",
+            &before_writes,
+        ],
+    )
+    .await?;
+    wait_until(FLOW, "the projection intact after the replay", || async {
+        t.count(liked).await == 3
+    })
+    .await?;
+
     // Bad input names the flag.
     let error = courier(
         &t,

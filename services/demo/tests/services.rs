@@ -489,6 +489,7 @@ async fn health_readiness_and_metrics_endpoints_answer() -> anyhow::Result<()> {
         m::LIVE_PROJECTORS,
         m::RECEIVER_OUTSTANDING_MESSAGES,
         m::DLQ_MESSAGE_COUNT,
+        m::MAILBOX_DEPTH,
     ];
     let histograms = [
         m::OUTBOX_PUBLISH_LATENCY,

@@ -288,7 +288,7 @@ pub async fn start<P: Projection>(
         offset_lag_metric: m::offset_lag_metric(&spec.group),
         spec,
     });
-    let live = Arc::new(LiveProjectors::default());
+    let live = Arc::new(LiveProjectors::new("projector"));
     let router_parts = parts.clone();
     let router_live = live.clone();
     let router_policy = config.supervision.projector_router;

@@ -17,10 +17,11 @@ use crate::inbound::delivery::{Delivery, EventMeta};
 use crate::inbound::offsets::Position;
 use crate::inbound::projection::{HandlerError, Projection};
 use crate::inbound::router::LiveProjectors;
+use crate::keyed_actors::Queued;
 use crate::metrics as m;
 use actix::prelude::*;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,7 +70,7 @@ pub struct Projector<P: Projection> {
     /// To leave the registry when passivating.
     registry: Arc<LiveProjectors<P>>,
     /// Deliveries handed to this projector and not yet settled (shared with the router).
-    queued: Arc<AtomicUsize>,
+    queued: Arc<Queued>,
     mailbox: usize,
     /// Received, waiting for the running transaction to finish.
     waiting: VecDeque<Delivery<P::Event>>,
@@ -83,7 +84,7 @@ impl<P: Projection> Projector<P> {
         key: String,
         parts: Arc<ConsumerParts<P>>,
         registry: Arc<LiveProjectors<P>>,
-        queued: Arc<AtomicUsize>,
+        queued: Arc<Queued>,
         mailbox: usize,
     ) -> Self {
         Self {
@@ -136,7 +137,7 @@ impl<P: Projection> Projector<P> {
                             act.parts.nack(delivery);
                         }
                     }
-                    act.queued.fetch_sub(count, Ordering::SeqCst);
+                    act.queued.finished(count);
                     act.pump(ctx);
                 }),
         );

@@ -9,10 +9,10 @@ use crate::inbound::consumer::ConsumerParts;
 use crate::inbound::delivery::Delivery;
 use crate::inbound::projection::Projection;
 use crate::inbound::projector::{Deliver, Projector, Stop};
+use crate::keyed_actors::Queued;
 use crate::keyed_actors::{KeyedActors, Refused};
 use crate::supervision::Supervision;
 use actix::prelude::*;
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ impl<P: Projection> ProjectorRouter<P> {
         }
     }
 
-    fn start_projector(&self, key: &str, queued: Arc<AtomicUsize>) -> Addr<Projector<P>> {
+    fn start_projector(&self, key: &str, queued: Arc<Queued>) -> Addr<Projector<P>> {
         let settings = &self.parts.settings;
         let mailbox = (settings.streams * settings.max_outstanding_messages) as usize;
         Projector::new(

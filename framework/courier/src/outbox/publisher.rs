@@ -12,6 +12,7 @@
 //! failed row's own retry lifts the park. The client pauses a key after an error; the actor
 //! resumes it just before handing over the next row it admits.
 
+use crate::keyed_actors::Queued;
 use crate::keyed_actors::{KeyedActors, Refused};
 use crate::outbox::attributes::{self, RequiredFields};
 use crate::outbox::store::ClaimedRow;
@@ -23,7 +24,6 @@ use google_cloud_pubsub::error::PublishError;
 use google_cloud_pubsub::model::Message as PubSubMessage;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OnceCell};
@@ -118,7 +118,7 @@ impl Publishers {
             pubsub,
             settings,
             clients: DashMap::new(),
-            live: Arc::default(),
+            live: Arc::new(KeyedActors::new("key_publisher")),
         }
     }
 
@@ -183,11 +183,7 @@ impl Publishers {
         }
     }
 
-    fn start_key_publisher(
-        &self,
-        key: &PublisherKey,
-        queued: Arc<AtomicUsize>,
-    ) -> Addr<KeyPublisher> {
+    fn start_key_publisher(&self, key: &PublisherKey, queued: Arc<Queued>) -> Addr<KeyPublisher> {
         let client = self.clients.entry(key.topic.clone()).or_default().clone();
         KeyPublisher {
             key: key.clone(),
@@ -249,7 +245,7 @@ pub struct KeyPublisher {
     settings: PublisherSettings,
     /// To leave the registry when passivating.
     registry: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
-    queued: Arc<AtomicUsize>,
+    queued: Arc<Queued>,
     /// Batches received while the topic's client is being built, in order.
     waiting: VecDeque<PublishRows>,
     connecting: bool,
@@ -487,7 +483,7 @@ impl Handler<PublishRows> for KeyPublisher {
     type Result = ();
 
     fn handle(&mut self, msg: PublishRows, ctx: &mut Self::Context) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.queued.finished(1);
         self.last_active = Instant::now();
         self.waiting.push_back(msg);
         self.pump(ctx);
