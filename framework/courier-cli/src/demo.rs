@@ -44,7 +44,10 @@ struct Arrival {
 pub async fn run(config: CourierConfig, args: DemoArgs) -> anyhow::Result<()> {
     courier::outbox::event::check_topic_id(&args.topic)
         .map_err(|reason| anyhow::anyhow!("--topic {:?}: {reason}", args.topic))?;
-    println!("{}", crate::migrate(&config).await?);
+    println!(
+        "{}",
+        crate::describe(&config, &crate::migrate(&config).await?)
+    );
 
     let pubsub = PubSub::new(config.pubsub.clone());
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();

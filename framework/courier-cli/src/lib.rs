@@ -50,7 +50,11 @@ pub struct Cli {
 pub enum Command {
     /// Apply the framework's migrations to the configured database and schema.
     #[command(after_help = "Example:\n  courier migrate --config deploy/local/courier.toml")]
-    Migrate,
+    Migrate {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the outbox relay until SIGINT or SIGTERM.
     #[command(after_help = "Example:\n  courier relay --migrate --grace-secs 10")]
     Relay(relay::RelayArgs),
@@ -84,9 +88,16 @@ pub enum Command {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = load_config(&cli.config)?;
     match cli.command {
-        Command::Migrate => {
-            let applied = migrate(&config).await?;
-            println!("{applied}");
+        Command::Migrate { json } => {
+            let report = migrate(&config).await?;
+            if json {
+                return output::print_json(&serde_json::json!({
+                    "schema": config.database.schema,
+                    "applied": report.applied,
+                    "already_applied": report.already_applied,
+                }));
+            }
+            println!("{}", describe(&config, &report));
             Ok(())
         }
         Command::Relay(args) => relay::run(config, args).await,
@@ -105,21 +116,26 @@ fn load_config(path: &std::path::Path) -> anyhow::Result<CourierConfig> {
     CourierConfig::load(path).with_context(|| format!("--config {}", path.display()))
 }
 
-/// Applies the framework's migrations and says what it did.
-async fn migrate(config: &CourierConfig) -> anyhow::Result<String> {
+/// Applies the framework's migrations.
+async fn migrate(config: &CourierConfig) -> anyhow::Result<courier::migrate::MigrationReport> {
     let pool = courier::db::pool(&config.database, "courier-cli")?;
-    let report =
+    Ok(
         courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER])
-            .await?;
+            .await?,
+    )
+}
+
+/// What a migration run did, in one line.
+fn describe(config: &CourierConfig, report: &courier::migrate::MigrationReport) -> String {
     let applied = if report.applied.is_empty() {
         "none to apply".to_string()
     } else {
         format!("applied {}", report.applied.join(", "))
     };
-    Ok(format!(
+    format!(
         "migrations in schema {}: {applied}; {} were already applied",
         config.database.schema, report.already_applied
-    ))
+    )
 }
 
 impl Cli {

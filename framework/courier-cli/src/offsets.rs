@@ -65,6 +65,9 @@ pub struct ReplayArgs {
     /// Deliver again what was published since this time (RFC 3339).
     #[arg(long)]
     to_time: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_time(flag: &str, value: &str) -> anyhow::Result<DateTime<Utc>> {
@@ -165,6 +168,12 @@ async fn seek(config: &CourierConfig, subscription: &str, to: DateTime<Utc>) -> 
 pub async fn replay(config: CourierConfig, args: ReplayArgs) -> anyhow::Result<()> {
     let to = parse_time("--to-time", &args.to_time)?;
     seek(&config, &args.subscription, to).await?;
+    if args.json {
+        return print_json(&serde_json::json!({
+            "subscription": args.subscription,
+            "sought_to": to.to_rfc3339(),
+        }));
+    }
     println!(
         "{} sought to {}: retained messages published since then are delivered again (the inbox keeps applied ones from a second effect)",
         args.subscription,

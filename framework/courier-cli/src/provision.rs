@@ -21,6 +21,9 @@ pub struct ProvisionArgs {
     /// Deliveries before Pub/Sub moves a message to the dead-letter topic (5-100).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i32).range(5..=100))]
     max_delivery_attempts: i32,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 pub async fn run(config: CourierConfig, args: ProvisionArgs) -> anyhow::Result<()> {
@@ -42,6 +45,13 @@ pub async fn run(config: CourierConfig, args: ProvisionArgs) -> anyhow::Result<(
     }
     let pubsub = PubSub::new(config.pubsub.clone());
     let created = pubsub.provision(&spec).await?;
+    if args.json {
+        return crate::output::print_json(&serde_json::json!({
+            "topic": spec.topic,
+            "subscription": spec.name,
+            "created": created,
+        }));
+    }
     if created.is_empty() {
         println!(
             "already provisioned: subscription {} on topic {}",

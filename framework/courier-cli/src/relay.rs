@@ -19,7 +19,10 @@ pub async fn run(config: CourierConfig, args: RelayArgs) -> anyhow::Result<()> {
         courier::metrics::install_prometheus(listen).map_err(anyhow::Error::msg)?;
     }
     if args.migrate {
-        tracing::info!("{}", crate::migrate(&config).await?);
+        tracing::info!(
+            "{}",
+            crate::describe(&config, &crate::migrate(&config).await?)
+        );
     }
     let relay = Relay::spawn(&config, RelayOptions::default())?;
     tracing::info!(instance = %relay.instance_id, "relay running; SIGINT or SIGTERM stops it");

@@ -47,6 +47,27 @@ async fn provisioning_creates_everything_once() -> anyhow::Result<()> {
     let stdout = String::from_utf8_lossy(&second.stdout);
     assert!(second.status.success());
     assert!(stdout.starts_with("already provisioned"), "{stdout}");
+    let (host, t) = (pubsub.host.clone(), topic.clone());
+    let json = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_courier"))
+            .args([
+                "--config",
+                "/dev/null",
+                "provision",
+                "--topic",
+                &t,
+                "--consumer",
+                "engagement",
+                "--json",
+            ])
+            .env("PUBSUB_EMULATOR_HOST", host)
+            .output()
+            .expect("run courier")
+    })
+    .await?;
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout)?;
+    assert_eq!(report["subscription"], format!("{topic}.engagement-reader"));
+    assert_eq!(report["created"], serde_json::json!([]));
     Ok(())
 }
 
