@@ -32,8 +32,10 @@ async fn courier(t: &TestStack, args: &[&str]) -> anyhow::Result<()> {
     result
 }
 
-#[actix_rt::test]
-async fn an_offset_reset_rebuilds_a_projection_by_replay_and_is_audited() -> anyhow::Result<()> {
+/// Both services on an unordered catalog subscription (Seek works on the emulator only
+/// without ordering), a video, and `likes` users liking it, all projected. Returns the stack
+/// and a time just before the likes were written.
+async fn liked_video(likes: i64) -> anyhow::Result<(TestStack, chrono::DateTime<chrono::Utc>)> {
     let mut t = TestStack::prepared_with(None, |spec| spec.ordering = false).await?;
     t.stack = Some(
         courier_demo::stack::Stack::start(
@@ -46,10 +48,9 @@ async fn an_offset_reset_rebuilds_a_projection_by_replay_and_is_audited() -> any
     let (catalog, engagement) = (t.catalog(), t.engagement());
     let body = json!({ "uploader_id": Uuid::new_v4(), "title": "Replayed", "duration_secs": 60 });
     let video = catalog.post("/videos", &body).await?.text("aggregate_id");
-    let before_writes = (chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339();
-    let users: Vec<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
-    for user in &users {
-        let path = format!("/videos/{video}/likes/{user}");
+    let before_writes = chrono::Utc::now() - chrono::Duration::seconds(1);
+    for _ in 0..likes {
+        let path = format!("/videos/{video}/likes/{}", Uuid::new_v4());
         wait_until(FLOW, "the like is accepted", || async {
             engagement
                 .put(&path, None)
@@ -59,11 +60,20 @@ async fn an_offset_reset_rebuilds_a_projection_by_replay_and_is_audited() -> any
         })
         .await?;
     }
-    let liked = "SELECT count(*) FROM catalog.video_user_engagements_projection WHERE liked";
-    wait_until(FLOW, "3 likes projected", || async {
-        t.count(liked).await == 3
+    wait_until(FLOW, "the likes projected", || async {
+        t.count(LIKED).await == likes
     })
     .await?;
+    Ok((t, before_writes))
+}
+
+const LIKED: &str = "SELECT count(*) FROM catalog.video_user_engagements_projection WHERE liked";
+
+#[actix_rt::test]
+async fn an_offset_reset_rebuilds_a_projection_by_replay_and_is_audited() -> anyhow::Result<()> {
+    let (t, before_writes) = liked_video(3).await?;
+    let before_writes = before_writes.to_rfc3339();
+    let liked = LIKED;
     courier(&t, &["offsets", "show", "--json"]).await?;
 
     // The read model is lost; reset the group to before the writes and let the replay rebuild it.
@@ -176,35 +186,8 @@ async fn an_offset_reset_rebuilds_a_projection_by_replay_and_is_audited() -> any
 #[actix_rt::test]
 async fn a_rebuild_clears_the_projection_and_replays_it_while_the_service_runs(
 ) -> anyhow::Result<()> {
-    let mut t = TestStack::prepared_with(None, |spec| spec.ordering = false).await?;
-    t.stack = Some(
-        courier_demo::stack::Stack::start(
-            &t.catalog_config,
-            &t.engagement_config,
-            support::run_options(),
-        )
-        .await?,
-    );
-    let (catalog, engagement) = (t.catalog(), t.engagement());
-    let body = json!({ "uploader_id": Uuid::new_v4(), "title": "Rebuilt", "duration_secs": 60 });
-    let video = catalog.post("/videos", &body).await?.text("aggregate_id");
-    let before_writes = chrono::Utc::now() - chrono::Duration::seconds(1);
-    for _ in 0..2 {
-        let path = format!("/videos/{video}/likes/{}", Uuid::new_v4());
-        wait_until(FLOW, "the like is accepted", || async {
-            engagement
-                .put(&path, None)
-                .await
-                .map(|r| r.status == 200)
-                .unwrap_or(false)
-        })
-        .await?;
-    }
-    let liked = "SELECT count(*) FROM catalog.video_user_engagements_projection WHERE liked";
-    wait_until(FLOW, "2 likes projected", || async {
-        t.count(liked).await == 2
-    })
-    .await?;
+    let (t, before_writes) = liked_video(2).await?;
+    let liked = LIKED;
 
     let report = courier::service::runtime::rebuild(
         &courier_catalog::service(),
