@@ -76,8 +76,7 @@ pub enum Command {
     /// Dead letters of a subscription: peek, republish to the main topic.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
-    /// One screen: backlog, publish rate, relays, consumer lag of the configured service.
-    #[command(after_help = "Example:\n  courier --config deploy/local/catalog.toml status")]
+    /// One screen per service: backlog, publish rate, relays, dead letters, consumer lag.
     Status(status::StatusArgs),
     /// Append events through the outbox and watch them arrive on a subscription, in order.
     #[command(after_help = "Example:\n  courier demo --events 2000 --keys 100")]
@@ -111,7 +110,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn load_config(path: &std::path::Path) -> anyhow::Result<CourierConfig> {
+pub(crate) fn load_config(path: &std::path::Path) -> anyhow::Result<CourierConfig> {
     use anyhow::Context as _;
     CourierConfig::load(path).with_context(|| format!("--config {}", path.display()))
 }

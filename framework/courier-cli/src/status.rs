@@ -1,5 +1,5 @@
-//! `courier status`: one service's pipeline on one screen — backlog, publish rate, relays,
-//! and per consumer group how far it is and how far behind.
+//! `courier status`: the pipeline on one screen, per service — backlog, publish rate, relays
+//! (restarts), dead letters, and per consumer group how far it is and how far behind.
 
 use crate::output::print_json;
 use chrono::Utc;
@@ -9,7 +9,13 @@ use courier::CourierConfig;
 use serde::Serialize;
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  courier --config deploy/local/catalog.toml status\n  courier status --service deploy/local/catalog.toml --service deploy/local/engagement.toml --json"
+)]
 pub struct StatusArgs {
+    /// A service's config; repeat for several services [default: the global --config].
+    #[arg(long = "service", value_name = "CONFIG")]
+    services: Vec<std::path::PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -41,6 +47,29 @@ struct ConsumerStatus {
 }
 
 pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> {
+    let configs = if args.services.is_empty() {
+        vec![config]
+    } else {
+        args.services
+            .iter()
+            .map(|path| crate::load_config(path).map_err(|e| anyhow::anyhow!("--service: {e:#}")))
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let mut statuses = Vec::new();
+    for config in &configs {
+        statuses.push(status_of(config).await?);
+    }
+    if args.json {
+        return match statuses.len() {
+            1 => print_json(&statuses[0]),
+            _ => print_json(&statuses),
+        };
+    }
+    statuses.iter().for_each(print);
+    Ok(())
+}
+
+async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
     let schema = &config.database.schema;
     let pool = courier::db::pool(&config.database, "courier-cli")?;
     let row = pool
@@ -78,9 +107,10 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
             .open(&pool)
             .await?,
     };
-    if args.json {
-        return print_json(&status);
-    }
+    Ok(status)
+}
+
+fn print(status: &Status) {
     println!("schema {}", status.schema);
     println!(
         "  outbox   {} pending (oldest {:.1} s), {} dead, publishing {:.1}/s",
@@ -103,5 +133,4 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
             c.group, c.subscription, c.lag_millis, c.idle_secs
         );
     }
-    Ok(())
 }
