@@ -85,6 +85,8 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
         // the republished ones there. Without that schema the republish still stands.
         let log = courier::inbound::dead_letter_log::DeadLetterLog::new(&config.database.schema);
         let pool = courier::db::pool(&config.database, "courier-cli")?;
+        // Drawn only on a terminal (stderr), so scripts and --json output stay clean.
+        let progress = indicatif::ProgressBar::new(read.len() as u64).with_message("republishing");
         let publisher = pubsub.publisher(&topic, Duration::from_millis(5)).await?;
         for (message, handler) in read {
             // Ack only what the main topic stored; a failure leaves the rest in the keeper.
@@ -94,14 +96,18 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
                 .with_context(|| format!("republish {} to {topic}", message.message_id))?;
             handler.ack();
             republished += 1;
+            progress.inc(1);
             let original = KeptDeadLetter::of(&message)
                 .original_message_id
                 .unwrap_or_default();
             match log.republished(&pool, &args.subscription, &original).await {
                 Ok(closed) => closed_in_log += usize::from(closed),
-                Err(e) => eprintln!("warning: dead letter {original} not closed in the log: {e}"),
+                Err(e) => progress.println(format!(
+                    "warning: dead letter {original} not closed in the log: {e}"
+                )),
             }
         }
+        progress.finish_and_clear();
     }
     if args.json {
         return print_json(&serde_json::json!({
