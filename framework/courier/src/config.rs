@@ -48,6 +48,8 @@ pub struct CourierConfig {
     pub metrics: MetricsConfig,
     /// A service's HTTP API, health and metrics endpoints.
     pub http: HttpConfig,
+    /// How long published outbox rows and processed inbox rows are kept.
+    pub retention: RetentionConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -232,6 +234,8 @@ pub struct SupervisionConfig {
     pub receiver: RestartPolicy,
     /// The router that hands deliveries to per-aggregate projectors.
     pub projector_router: RestartPolicy,
+    /// The retention janitor.
+    pub janitor: RestartPolicy,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -259,6 +263,36 @@ impl Default for HttpConfig {
             listen: "127.0.0.1:8080".into(),
             auth_token: None,
             read_wait_millis: 2000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Run the janitor in this process (one per deployment is enough; more are harmless).
+    pub enabled: bool,
+    /// Published (or skipped) outbox rows older than this are deleted; dead and pending rows
+    /// never are.
+    pub outbox_hours: u64,
+    /// Processed inbox rows older than this are deleted. Keep it longer than Pub/Sub can
+    /// redeliver or replay (7 days of retained messages by default), or a late duplicate
+    /// would apply twice.
+    pub inbox_hours: u64,
+    /// Rows per DELETE statement: small, so no statement holds locks long.
+    pub batch_size: u32,
+    /// Time between sweeps.
+    pub interval_secs: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            outbox_hours: 7 * 24,
+            inbox_hours: 14 * 24,
+            batch_size: 1000,
+            interval_secs: 300,
         }
     }
 }
@@ -420,6 +454,25 @@ impl CourierConfig {
         if matches!(&self.http.auth_token, Some(token) if token.trim().len() < 16) {
             return invalid("http.auth_token", "must be at least 16 characters when set");
         }
+        let keep = &self.retention;
+        if keep.outbox_hours < 1 || keep.inbox_hours < 1 {
+            return invalid(
+                "retention.outbox_hours",
+                "outbox_hours and inbox_hours must be at least 1",
+            );
+        }
+        if keep.inbox_hours < 7 * 24 {
+            return invalid(
+                "retention.inbox_hours",
+                "must be at least 168 (7 days): Pub/Sub can redeliver or replay a message that long, and the inbox must still know it",
+            );
+        }
+        if !(1..=100_000).contains(&keep.batch_size) {
+            return invalid("retention.batch_size", "must be between 1 and 100000");
+        }
+        if keep.interval_secs < 1 {
+            return invalid("retention.interval_secs", "must be at least 1");
+        }
         if self.http.read_wait_millis > 60_000 {
             return invalid("http.read_wait_millis", "must be at most 60000");
         }
@@ -429,6 +482,7 @@ impl CourierConfig {
             ("claimer", &self.supervision.claimer),
             ("receiver", &self.supervision.receiver),
             ("projector_router", &self.supervision.projector_router),
+            ("janitor", &self.supervision.janitor),
         ] {
             policy
                 .validate()
@@ -558,6 +612,8 @@ mod tests {
             ("[database]\nrole = \"Catalog\"\n", "database.role"),
             ("[http]\nlisten = \"localhost\"\n", "http.listen"),
             ("[http]\nauth_token = \"short\"\n", "http.auth_token"),
+            ("[retention]\ninbox_hours = 24\n", "retention.inbox_hours"),
+            ("[retention]\nbatch_size = 0\n", "retention.batch_size"),
         ] {
             let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);
             assert!(

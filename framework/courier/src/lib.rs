@@ -15,6 +15,7 @@
 //!   the emulator, and idempotent provisioning.
 //! - [`service`]: what a service declares (schema, topics, subscriptions, routes), the runtime
 //!   that runs it (relay, consumers, HTTP with health/readiness/metrics) and its CLI.
+//! - [`retention`]: the Janitor that deletes published outbox and processed inbox rows.
 //! - [`system_thread`]: a relay or consumer on its own thread and actix System.
 //! - [`telemetry`]: logging set-up for the binaries.
 //! - [`config`]: the deployment config with `COURIER_*` overrides.
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod outbox;
 pub mod pubsub;
+pub mod retention;
 pub mod service;
 pub mod supervision;
 pub mod system_thread;

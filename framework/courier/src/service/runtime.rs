@@ -186,6 +186,10 @@ pub struct RunningService {
     server: actix_web::dev::ServerHandle,
     relay: Option<RelayHandle>,
     consumers: Vec<(String, ConsumerHandle)>,
+    /// The retention janitor's thread (and its address: the supervisor restarts only while
+    /// someone holds one).
+    janitor: SystemThread,
+    _janitor_addr: Option<actix::Addr<crate::retention::Janitor>>,
 }
 
 impl RunningService {
@@ -222,6 +226,12 @@ impl RunningService {
             config: Arc::new(config.clone()),
         };
         let (http, (addr, server)) = serve_http(service.name, service.routes, context)?;
+        let janitor_config = config.clone();
+        let escalate = options.relay.escalate.clone();
+        let (janitor, janitor_addr) =
+            SystemThread::spawn(&format!("{}-janitor", service.name), move || async move {
+                crate::retention::start(&janitor_config, escalate).map_err(ServiceError::from)
+            })?;
         tracing::info!(service = service.name, %addr, "serving HTTP");
         Ok(Self {
             name: service.name,
@@ -230,6 +240,8 @@ impl RunningService {
             server,
             relay,
             consumers,
+            janitor,
+            _janitor_addr: janitor_addr,
         })
     }
 
@@ -246,6 +258,7 @@ impl RunningService {
         // The stop command is sent when `stop` is called; the returned future only waits.
         drop(self.server.stop(false));
         self.http.stop();
+        self.janitor.stop();
         if let Some(relay) = self.relay.take() {
             relay.kill();
         }
@@ -259,6 +272,7 @@ impl RunningService {
     pub async fn shutdown(mut self, grace: Duration) {
         let _ = tokio::time::timeout(grace, self.server.stop(true)).await;
         self.http.stop();
+        self.janitor.stop();
         if let Some(relay) = self.relay.take() {
             relay.shutdown(grace).await;
         }
