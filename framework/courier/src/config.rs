@@ -202,6 +202,35 @@ pub struct ConsumerConfig {
     /// Offset rows per consumer group (see migrations: one row per group would serialize all
     /// projection transactions on its lock).
     pub offset_lanes: u32,
+    /// Where a consumer group without a saved offset starts (cold start): `subscription` —
+    /// whatever the subscription holds; `latest` — skip that backlog (Seek to now);
+    /// `earliest` — everything the subscription retained (Seek to the retention limit); or an
+    /// RFC 3339 time (Seek there). With an offset the group always resumes where it was.
+    pub start_from: String,
+}
+
+/// [`ConsumerConfig::start_from`], parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    Subscription,
+    Latest,
+    Earliest,
+    Time(chrono::DateTime<chrono::Utc>),
+}
+
+impl ConsumerConfig {
+    pub fn start_from(&self) -> Result<StartFrom, String> {
+        match self.start_from.as_str() {
+            "subscription" => Ok(StartFrom::Subscription),
+            "latest" => Ok(StartFrom::Latest),
+            "earliest" => Ok(StartFrom::Earliest),
+            time => chrono::DateTime::parse_from_rfc3339(time)
+                .map(|t| StartFrom::Time(t.with_timezone(&chrono::Utc)))
+                .map_err(|_| {
+                    format!("{time:?} is not subscription, latest, earliest or an RFC 3339 time")
+                }),
+        }
+    }
 }
 
 impl Default for ConsumerConfig {
@@ -216,6 +245,7 @@ impl Default for ConsumerConfig {
             max_live_projectors: 10_000,
             projector_idle_secs: 30,
             offset_lanes: 32,
+            start_from: "subscription".into(),
         }
     }
 }
@@ -445,6 +475,9 @@ impl CourierConfig {
         if c.max_live_projectors < 1 {
             return invalid("consumer.max_live_projectors", "must be at least 1");
         }
+        if let Err(reason) = c.start_from() {
+            return invalid("consumer.start_from", &reason);
+        }
         if !(1..=4096).contains(&c.offset_lanes) {
             return invalid("consumer.offset_lanes", "must be between 1 and 4096");
         }
@@ -614,6 +647,10 @@ mod tests {
             ("[http]\nauth_token = \"short\"\n", "http.auth_token"),
             ("[retention]\ninbox_hours = 24\n", "retention.inbox_hours"),
             ("[retention]\nbatch_size = 0\n", "retention.batch_size"),
+            (
+                "[consumer]\nstart_from = \"yesterday\"\n",
+                "consumer.start_from",
+            ),
         ] {
             let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);
             assert!(

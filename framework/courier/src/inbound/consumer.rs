@@ -251,6 +251,45 @@ pub struct ConsumerActors<P: Projection> {
     pub stats: Arc<ConsumerStats>,
 }
 
+/// A group without a saved offset starts where `consumer.start_from` says (and logs which);
+/// a group with one resumes from the subscription as it is.
+async fn cold_start(
+    config: &CourierConfig,
+    spec: &ConsumerSpec,
+    pubsub: &PubSub,
+    pool: &PgPool,
+) -> Result<(), ConsumerError> {
+    use crate::config::StartFrom;
+    let offsets = OffsetStore::new(&config.database.schema, config.consumer.offset_lanes);
+    if offsets.load(pool, &spec.group).await?.is_some() {
+        return Ok(());
+    }
+    // Validated at config load; an unparsable value cannot reach here.
+    let start = config
+        .consumer
+        .start_from()
+        .unwrap_or(StartFrom::Subscription);
+    let seek_to = match start {
+        StartFrom::Subscription => None,
+        StartFrom::Latest => Some(chrono::Utc::now()),
+        // Pub/Sub retains at most 31 days; seeking before that delivers all it kept.
+        StartFrom::Earliest => Some(chrono::Utc::now() - chrono::Duration::days(31)),
+        StartFrom::Time(time) => Some(time),
+    };
+    tracing::info!(
+        consumer_group = %spec.group,
+        subscription = %spec.subscription,
+        start_from = %config.consumer.start_from,
+        seek_to = ?seek_to,
+        "no saved offset: cold start"
+    );
+    if let Some(time) = seek_to {
+        let admin = pubsub.subscription_admin().await?;
+        pubsub.seek(&admin, &spec.subscription, time).await?;
+    }
+    Ok(())
+}
+
 /// Starts a consumer's actors on the current actix System.
 pub async fn start<P: Projection>(
     config: &CourierConfig,
@@ -263,6 +302,7 @@ pub async fn start<P: Projection>(
         &config.database,
         &format!("courier-consumer-{}", spec.group),
     )?;
+    cold_start(config, &spec, &pubsub, &pool).await?;
     let dead_letters = DeadLetters::new(
         &pubsub,
         &spec.dead_letter_topic,
