@@ -216,6 +216,10 @@ pub struct Parked {
     pub failed_at: Instant,
     /// When the failure was known to be committed to the database.
     pub recorded_at: Option<Instant>,
+    /// The failed row's retry was handed over. The park still stands for rows claimed before
+    /// the failure was recorded: rows between the failed one and them were given back untried
+    /// and come back only with a later claim, so those older-claim rows would overtake them.
+    pub retried: bool,
 }
 
 /// Whether a row of `version`, claimed at `claimed_at`, may be handed to the client while the
@@ -234,6 +238,15 @@ pub fn admits(
         Some(p) => {
             p.recorded_at.is_some_and(|at| claimed_at > at) || claimed_at > p.failed_at + expiry
         }
+    }
+}
+
+/// Records that a row of `version` went to the client. The failed row's retry lets the key
+/// flow again — but only for rows claimed since the failure was recorded (see `admits`), so
+/// the park stays, marked retried.
+pub fn note_handed(parked: &mut Option<Parked>, version: i64) {
+    if let Some(parked) = parked.as_mut().filter(|p| version <= p.version) {
+        parked.retried = true;
     }
 }
 
@@ -343,10 +356,7 @@ impl KeyPublisher {
                 handed.push(Handed::NotTried);
                 continue;
             }
-            if self.parked.is_some_and(|p| row.version <= p.version) {
-                // The failed row's retry: the key may flow again after it.
-                self.parked = None;
-            }
+            note_handed(&mut self.parked, row.version);
             if let Some(error) = self.settings.fault.as_ref().and_then(|f| f(row)) {
                 self.park(row.version);
                 handed.push(Handed::Injected(error));
@@ -389,11 +399,16 @@ impl KeyPublisher {
     }
 
     fn park(&mut self, version: i64) {
-        let lowest = self.parked.map_or(version, |p| p.version.min(version));
+        // A park whose row was retried is over: a new failure starts a new one.
+        let lowest = match self.parked {
+            Some(p) if !p.retried => p.version.min(version),
+            _ => version,
+        };
         self.parked = Some(Parked {
             version: lowest,
             failed_at: Instant::now(),
             recorded_at: None,
+            retried: false,
         });
     }
 
@@ -410,7 +425,10 @@ impl KeyPublisher {
         let mut failed = false;
         for (row, result) in rows.iter().zip(results) {
             let seq = row.seq;
-            let behind_failure = failed || self.parked.is_some_and(|p| row.version > p.version);
+            let behind_failure = failed
+                || self
+                    .parked
+                    .is_some_and(|p| !p.retried && row.version > p.version);
             let failure = match result {
                 Settled::Acked(message_id) => {
                     metrics::counter!(crate::metrics::OUTBOX_PUBLISH_SUCCESS_TOTAL).increment(1);
@@ -560,6 +578,7 @@ mod tests {
             version: 3,
             failed_at: Instant::now(),
             recorded_at: None,
+            retried: false,
         };
         let claimed = parked.failed_at - Duration::from_millis(5);
         assert!(admits(Some(&parked), 3, claimed, EXPIRY));
@@ -573,6 +592,7 @@ mod tests {
             version: 3,
             failed_at: t0,
             recorded_at: None,
+            retried: false,
         };
         // Claimed while the failure was not yet in the database: it could overtake v3.
         assert!(!admits(
@@ -598,12 +618,39 @@ mod tests {
     }
 
     #[test]
+    fn after_the_retry_rows_claimed_before_the_record_are_still_refused() {
+        // v3 failed; v4-v7 were given back untried; v8 sat in an older claim. Once v3's retry
+        // went out, v8 must still wait: v4-v7 come back only with a later claim.
+        let t0 = Instant::now();
+        let mut parked = Some(Parked {
+            version: 3,
+            failed_at: t0,
+            recorded_at: Some(t0 + Duration::from_millis(10)),
+            retried: false,
+        });
+        note_handed(&mut parked, 3);
+        assert!(!admits(
+            parked.as_ref(),
+            8,
+            t0 + Duration::from_millis(5),
+            EXPIRY
+        ));
+        assert!(admits(
+            parked.as_ref(),
+            4,
+            t0 + Duration::from_millis(11),
+            EXPIRY
+        ));
+    }
+
+    #[test]
     fn an_unrecorded_park_expires_after_the_lease() {
         let t0 = Instant::now();
         let parked = Parked {
             version: 1,
             failed_at: t0,
             recorded_at: None,
+            retried: false,
         };
         assert!(!admits(Some(&parked), 2, t0 + EXPIRY, EXPIRY));
         assert!(admits(
