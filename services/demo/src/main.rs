@@ -72,6 +72,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         running.catalog.addr, running.engagement.addr
     );
 
+    // The database may hold earlier runs' events: the table counts this run's.
+    let started = chrono::Utc::now();
     println!("== the story");
     let story = scenario::run(
         &running.catalog_api(),
@@ -91,7 +93,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let admin = admin_client(&catalog).await?;
     let deadline = tokio::time::Instant::now() + wait;
     let flows = loop {
-        let flows = scenario::flows(&admin).await?;
+        let flows = scenario::flows(&admin, started).await?;
         let settled = flows
             .iter()
             .all(|f| f.pending == 0 && f.projected >= f.published);

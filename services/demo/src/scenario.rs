@@ -196,8 +196,12 @@ const FLOWS: [(&str, &str, &str, &str); 2] = [
     ),
 ];
 
-/// Reads both flows from the databases (an admin connection that sees both schemas).
-pub async fn flows(admin: &tokio_postgres::Client) -> anyhow::Result<Vec<Flow>> {
+/// Reads both flows from the databases (an admin connection that sees both schemas), counting
+/// only events written since `since` (a database kept from earlier runs holds theirs too).
+pub async fn flows(
+    admin: &tokio_postgres::Client,
+    since: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<Vec<Flow>> {
     let mut flows = Vec::new();
     for (producer, topic, consumer, group) in FLOWS {
         let counts = admin
@@ -206,9 +210,9 @@ pub async fn flows(admin: &tokio_postgres::Client) -> anyhow::Result<Vec<Flow>> 
                     "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
                             count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL),
                             count(*) FILTER (WHERE dead_at IS NOT NULL)
-                     FROM {producer}.outbox WHERE topic = $1"
+                     FROM {producer}.outbox WHERE topic = $1 AND created_at >= $2"
                 ),
-                &[&topic],
+                &[&topic, &since],
             )
             .await
             .with_context(|| format!("count {producer}'s outbox"))?;
@@ -221,9 +225,9 @@ pub async fn flows(admin: &tokio_postgres::Client) -> anyhow::Result<Vec<Flow>> 
                      FROM (SELECT extract(epoch FROM i.processed_at - o.created_at) * 1000 AS ms
                            FROM {producer}.outbox o
                            JOIN {consumer}.inbox i ON i.event_id = o.id AND i.consumer_group = $1
-                           WHERE o.topic = $2) t"
+                           WHERE o.topic = $2 AND o.created_at >= $3) t"
                 ),
-                &[&group, &topic],
+                &[&group, &topic, &since],
             )
             .await
             .with_context(|| format!("measure {group}'s lag"))?;

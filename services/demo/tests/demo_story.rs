@@ -12,6 +12,7 @@ use support::{TestStack, FLOW};
 #[actix_rt::test]
 async fn the_demo_story_runs_and_every_event_is_projected_once() -> anyhow::Result<()> {
     let t = TestStack::start(None).await?;
+    let started = chrono::Utc::now();
     let mut lines = Vec::new();
     let story = scenario::run(&t.catalog(), &t.engagement(), FLOW, |line| lines.push(line)).await?;
     assert_eq!((story.videos.len(), story.users.len()), (3, 3));
@@ -23,7 +24,7 @@ async fn the_demo_story_runs_and_every_event_is_projected_once() -> anyhow::Resu
         FLOW,
         "both flows projected everything published",
         || async {
-            let flows = scenario::flows(&admin).await.unwrap_or_default();
+            let flows = scenario::flows(&admin, started).await.unwrap_or_default();
             flows.len() == 2
                 && flows
                     .iter()
@@ -31,7 +32,7 @@ async fn the_demo_story_runs_and_every_event_is_projected_once() -> anyhow::Resu
         },
     )
     .await?;
-    let flows = scenario::flows(&admin).await?;
+    let flows = scenario::flows(&admin, started).await?;
     // 3 creates + 1 update + 1 delete (+ any like accepted before the delete arrived, undone).
     assert!(flows[0].published >= 5, "{flows:?}");
     // 5 views, 3 likes, 1 unlike, 1 progress (+ the same undone likes).
