@@ -2,12 +2,13 @@
 //! replays from a point (offsets moved, inbox rows since then forgotten, subscription sought),
 //! and a bare replay (Seek only: the inbox keeps replayed events from applying twice).
 
-use crate::output::{actor, print_json};
+use crate::output::print_json;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use courier::inbound::OffsetStore;
 use courier::pubsub::PubSub;
+use courier::service::cli::audit_actor;
 use courier::CourierConfig;
 
 #[derive(Subcommand)]
@@ -134,7 +135,7 @@ pub async fn run(config: CourierConfig, command: OffsetsCommand) -> anyhow::Resu
                     &args.group,
                     &args.subscription,
                     to,
-                    &actor(),
+                    &audit_actor(),
                     &args.reason,
                 )
                 .await?;

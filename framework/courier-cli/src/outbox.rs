@@ -1,9 +1,10 @@
 //! `courier outbox …`: the outbox backlog per shard, and the dead rows that block their keys —
 //! list, retry, skip (retries and skips are audited in `outbox_operator_actions`).
 
-use crate::output::{actor, print_json};
+use crate::output::print_json;
 use clap::{Args, Subcommand};
 use courier::outbox::operator::{Audit, DeadSelection, OutboxOperator};
+use courier::service::cli::audit_actor;
 use courier::CourierConfig;
 use uuid::Uuid;
 
@@ -148,7 +149,7 @@ pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Resul
                     })
                     .collect()
             } else {
-                let actor = actor();
+                let actor = audit_actor();
                 operator
                     .retry(
                         &selection,
@@ -181,7 +182,7 @@ pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Resul
                 !reason.trim().is_empty(),
                 "--reason must say why the event is given up"
             );
-            let actor = actor();
+            let actor = audit_actor();
             let acted = operator
                 .skip(
                     id,

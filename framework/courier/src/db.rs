@@ -10,6 +10,9 @@ use tokio_postgres::{Client, NoTls};
 /// The pool every framework component shares.
 pub type PgPool = bb8::Pool<PostgresConnectionManager<NoTls>>;
 
+/// A connection checked out of a [`PgPool`].
+pub type PooledClient<'a> = bb8::PooledConnection<'a, PostgresConnectionManager<NoTls>>;
+
 /// A database failure with what was being done. The message carries the driver's whole error
 /// chain, because tokio-postgres alone says only "db error" for a server error.
 #[derive(Debug, thiserror::Error)]

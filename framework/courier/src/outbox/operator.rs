@@ -2,7 +2,7 @@
 //! that block their keys, retry them, or skip one (never sent, key unblocked). Retries and
 //! skips are recorded in `outbox_operator_actions` and wake the shard's claimer.
 
-use crate::db::{render, DbError, PgPool};
+use crate::db::{render, DbError, PgPool, PooledClient};
 use crate::outbox::append::wake_channel;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -79,13 +79,7 @@ impl OutboxOperator {
         }
     }
 
-    async fn client(
-        &self,
-        context: &str,
-    ) -> Result<
-        bb8::PooledConnection<'_, bb8_postgres::PostgresConnectionManager<tokio_postgres::NoTls>>,
-        DbError,
-    > {
+    async fn client(&self, context: &str) -> Result<PooledClient<'_>, DbError> {
         self.pool.get().await.map_err(DbError::pool(context))
     }
 

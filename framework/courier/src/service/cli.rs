@@ -167,7 +167,7 @@ async fn run(
                     config.database.schema, service.name
                 ), &projection)?;
             }
-            let by = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+            let by = audit_actor();
             let report =
                 runtime::rebuild(&service, &config, &projection, from, &by, &reason).await?;
             for (table, rows) in &report.cleared {
@@ -202,6 +202,14 @@ async fn run(
         }
     }
     Ok(())
+}
+
+/// Who is acting, for audit rows: the login name, else "unknown".
+pub fn audit_actor() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Asks on the terminal to type `word`; refuses when stdin is not a terminal (use --yes).

@@ -13,7 +13,7 @@ pub mod runtime;
 pub use http::{read_at_least, ApiError, VersionToken, WriteAccess};
 pub use runtime::{RunOptions, RunningService, ServiceError};
 
-use crate::db::PgPool;
+use crate::db::{DbError, PgPool, PooledClient};
 use crate::inbound::Projection;
 use crate::inbound::{Consumer, ConsumerError, ConsumerHandle, ConsumerOptions, ConsumerSpec};
 use crate::migrate::MigrationSet;
@@ -92,6 +92,13 @@ impl Inbound {
         options: ConsumerOptions,
     ) -> Result<ConsumerHandle, ConsumerError> {
         (self.start)(config, self.consumer_spec(service), options)
+    }
+}
+
+impl ServiceContext {
+    /// A pooled connection for a request; `what` names the work in the error.
+    pub async fn connection(&self, what: &str) -> Result<PooledClient<'_>, ApiError> {
+        Ok(self.pool.get().await.map_err(DbError::pool(what))?)
     }
 }
 

@@ -2,7 +2,6 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use courier::db::DbError;
 use courier::service::{read_at_least, ApiError, ServiceContext};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -42,11 +41,7 @@ pub async fn summary(
     path: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
     let video_id = path.into_inner();
-    let conn = context
-        .pool
-        .get()
-        .await
-        .map_err(DbError::pool("read engagement"))?;
+    let conn = context.connection("read engagement").await?;
     if conn
         .query_opt("SELECT 1 FROM videos WHERE video_id = $1", &[&video_id])
         .await?
@@ -85,11 +80,7 @@ pub async fn of_user(
             ))
         },
         || async {
-            let conn = context
-                .pool
-                .get()
-                .await
-                .map_err(DbError::pool("read engagement"))?;
+            let conn = context.connection("read engagement").await?;
             let row = conn
                 .query_opt(
                     include_str!("queries/engagement_of_user.sql"),

@@ -3,7 +3,6 @@
 use crate::events::video_event;
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use courier::db::DbError;
 use courier::service::{ApiError, ServiceContext, VersionToken, WriteAccess};
 use courier_proto::catalog::v1::{
     event::Payload, VideoCreated, VideoDeleted, VideoStatus, VideoUpdated,
@@ -186,11 +185,7 @@ pub async fn create(
             status: status.contract().into(),
         }),
     );
-    let mut conn = context
-        .pool
-        .get()
-        .await
-        .map_err(DbError::pool("create video"))?;
+    let mut conn = context.connection("create video").await?;
     let tx = conn.transaction().await?;
     tx.execute(
         include_str!("queries/insert_video.sql"),
@@ -234,11 +229,7 @@ pub async fn update(
             "nothing to update: give title, description, duration_secs or status".into(),
         ));
     }
-    let mut conn = context
-        .pool
-        .get()
-        .await
-        .map_err(DbError::pool("update video"))?;
+    let mut conn = context.connection("update video").await?;
     let tx = conn.transaction().await?;
     let row = lock_video(&tx, video_id).await?;
     let version: i64 = row.get("version");
@@ -308,11 +299,7 @@ pub async fn delete(
             "reason is longer than {MAX_REASON_CHARS} characters"
         )));
     }
-    let mut conn = context
-        .pool
-        .get()
-        .await
-        .map_err(DbError::pool("delete video"))?;
+    let mut conn = context.connection("delete video").await?;
     let tx = conn.transaction().await?;
     let row = lock_video(&tx, video_id).await?;
     let version: i64 = row.get("version");
@@ -349,11 +336,7 @@ pub async fn get(
     query: web::Query<ReadQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let video_id = path.into_inner();
-    let conn = context
-        .pool
-        .get()
-        .await
-        .map_err(DbError::pool("read video"))?;
+    let conn = context.connection("read video").await?;
     let row = conn
         .query_opt(include_str!("queries/select_video.sql"), &[&video_id])
         .await?

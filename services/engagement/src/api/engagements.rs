@@ -3,7 +3,6 @@
 
 use crate::events::engagement_event;
 use actix_web::{web, HttpResponse};
-use courier::db::DbError;
 use courier::service::{ApiError, ServiceContext, VersionToken, WriteAccess};
 use courier_proto::engagement::aggregate_id;
 use courier_proto::engagement::v1::{
@@ -183,11 +182,7 @@ async fn change(
     decide: impl FnOnce(&Engagement) -> Option<(Engagement, Payload)>,
 ) -> Result<HttpResponse, ApiError> {
     let aggregate = aggregate_id(video_id, user_id);
-    let mut conn = context
-        .pool
-        .get()
-        .await
-        .map_err(DbError::pool("write engagement"))?;
+    let mut conn = context.connection("write engagement").await?;
     let tx = conn.transaction().await?;
     let video = tx
         .query_opt(include_str!("queries/video_status.sql"), &[&video_id])
