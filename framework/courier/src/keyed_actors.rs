@@ -16,31 +16,31 @@ use std::sync::Arc;
 
 /// Messages handed to one keyed actor and not yet finished; also kept in the
 /// `courier_mailbox_depth{actor}` gauge of its kind (the sum over every key).
-#[derive(Debug)]
 pub struct Queued {
     count: AtomicUsize,
-    kind: &'static str,
+    /// The kind's gauge, resolved once by the registry (this is on every message's path).
+    depth: metrics::Gauge,
 }
 
 impl Queued {
-    fn new(kind: &'static str) -> Self {
+    fn new(depth: metrics::Gauge) -> Self {
         Self {
             count: AtomicUsize::new(0),
-            kind,
+            depth,
         }
     }
 
     fn add(&self, n: usize) {
         self.count.fetch_add(n, Ordering::SeqCst);
         #[allow(clippy::cast_precision_loss)]
-        metrics::gauge!(crate::metrics::MAILBOX_DEPTH, "actor" => self.kind).increment(n as f64);
+        self.depth.increment(n as f64);
     }
 
     /// The actor finished with `n` messages (processed, nacked or given back).
     pub fn finished(&self, n: usize) {
         self.count.fetch_sub(n, Ordering::SeqCst);
         #[allow(clippy::cast_precision_loss)]
-        metrics::gauge!(crate::metrics::MAILBOX_DEPTH, "actor" => self.kind).decrement(n as f64);
+        self.depth.decrement(n as f64);
     }
 
     fn is_empty(&self) -> bool {
@@ -65,15 +65,16 @@ pub enum Refused<M> {
 
 pub struct KeyedActors<K, A: Actor> {
     map: DashMap<K, Live<A>>,
-    /// The actor kind, as the mailbox-depth gauge labels it.
-    kind: &'static str,
+    /// `courier_mailbox_depth{actor=<kind>}`, shared by every key's counter.
+    depth: metrics::Gauge,
 }
 
 impl<K: Eq + Hash + Clone, A: Actor> KeyedActors<K, A> {
+    /// `kind` labels the mailbox-depth gauge (`projector`, `key_publisher`).
     pub fn new(kind: &'static str) -> Self {
         Self {
             map: DashMap::new(),
-            kind,
+            depth: metrics::gauge!(crate::metrics::MAILBOX_DEPTH, "actor" => kind),
         }
     }
 }
@@ -123,7 +124,7 @@ where
         // Twice: an actor that passivated after the lookup has a closed mailbox.
         for _ in 0..2 {
             let entry = self.map.entry(key.clone()).or_insert_with(|| {
-                let queued = Arc::new(Queued::new(self.kind));
+                let queued = Arc::new(Queued::new(self.depth.clone()));
                 Live {
                     addr: start(queued.clone()),
                     queued,

@@ -120,13 +120,17 @@ async fn run_stream<P: Projection>(
     // Validated to fit in u32, the unit `acquire_many` counts in.
     let max_bytes = u32::try_from(settings.max_outstanding_bytes).unwrap_or(u32::MAX);
     let bytes = Arc::new(tokio::sync::Semaphore::new(max_bytes as usize));
+    // Resolved once: recorded for every message.
+    let flow_control_wait = metrics::histogram!(
+        crate::metrics::BACKPRESSURE_WAIT_SECONDS, "stage" => "receiver_flow_control");
+    let router_wait =
+        metrics::histogram!(crate::metrics::BACKPRESSURE_WAIT_SECONDS, "stage" => "router_mailbox");
     loop {
         let waiting = Instant::now();
         let Ok(message_permit) = messages.clone().acquire_owned().await else {
             return;
         };
-        metrics::histogram!(crate::metrics::BACKPRESSURE_WAIT_SECONDS, "stage" => "receiver_flow_control")
-            .record(waiting.elapsed().as_secs_f64());
+        flow_control_wait.record(waiting.elapsed().as_secs_f64());
         let Some(item) = stream.next().await else {
             return;
         };
@@ -161,8 +165,7 @@ async fn run_stream<P: Projection>(
                 };
                 let waiting = Instant::now();
                 let sent = router.send(Deliver(delivery)).await;
-                metrics::histogram!(crate::metrics::BACKPRESSURE_WAIT_SECONDS, "stage" => "router_mailbox")
-                    .record(waiting.elapsed().as_secs_f64());
+                router_wait.record(waiting.elapsed().as_secs_f64());
                 if sent.is_err() {
                     // The router is restarting: the delivery was dropped, which nacks it.
                     tracing::warn!("router unavailable; message nacked");
