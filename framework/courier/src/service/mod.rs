@@ -52,12 +52,17 @@ pub struct Inbound {
 }
 
 impl Inbound {
+    /// Panics when a table name is not a plain identifier: the names are the service's own
+    /// constants, spliced into `rebuild`'s SQL, so a bad one is a bug to stop at start-up.
     pub fn new<P: Projection + Clone>(
         topic: &'static str,
         role: &'static str,
         tables: &'static [&'static str],
         projection: P,
     ) -> Self {
+        if let Some(bad) = tables.iter().find(|t| !crate::config::is_identifier(t)) {
+            panic!("projection table {bad:?} of role {role} is not a plain identifier");
+        }
         Self {
             topic,
             role,

@@ -145,11 +145,7 @@ pub async fn rebuild(
         let context = format!("clear the tables of projection {role}");
         let mut conn = pool.get().await.map_err(DbError::pool(&context))?;
         let tx = conn.transaction().await.map_err(DbError::query(&context))?;
-        for table in inbound
-            .tables
-            .iter()
-            .filter(|t| crate::config::is_identifier(t))
-        {
+        for table in inbound.tables {
             let deleted = tx
                 .execute(
                     &format!("DELETE FROM {}.{table}", config.database.schema),
