@@ -122,6 +122,7 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
         ],
         rates: runs,
         ratios: vec![busy, idle, api],
+        ..Default::default()
     })
 }
 

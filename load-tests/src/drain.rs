@@ -114,6 +114,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         ],
         rates: vec![raw_publish, claim_and_mark, relay],
         ratios: vec![ratio],
+        ..Default::default()
     })
 }
 

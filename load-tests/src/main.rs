@@ -1,19 +1,35 @@
-//! `courier-load`: benchmarks of the pipeline against this machine's own limits, measured in
-//! the same run (real PostgreSQL, the real Pub/Sub emulator).
+//! `courier-load`: the load harness. Every command measures the pipeline (real PostgreSQL,
+//! the real Pub/Sub emulator, the relay and the consumer as processes of their own) against
+//! this machine's limits measured in the same run, and writes `report.json`, `summary.md` and
+//! `chart.svg` into `--out`.
 //!
-//! - `drain`: the relay's drain rate for a filled outbox, beside the raw ceilings it is bound
-//!   by (the emulator's publish rate through the client directly, PostgreSQL's claim-and-mark).
-//! - `append`: the write path's appends per second with and without the wake-up NOTIFY.
-//! - `project`: the read side's projection rate for a subscription backlog, beside the
-//!   emulator's raw receive-and-ack rate on the same number of streams.
+//! - `limits`: the raw ceilings (PostgreSQL inserts, emulator publish/receive/latency).
+//! - `throughput`, `latency`, `soak`: the whole pipeline under closed- or open-loop load.
+//! - `baseline`: the seed's one-at-a-time relay loop beside the framework's relay.
+//! - `scale`: 1, 2 and 3 relay processes; shards rebalanced when one stops.
+//! - `chaos`: processes killed, PostgreSQL and the emulator disrupted under load, then an
+//!   independent checker.
+//! - `drain`, `append`, `project`: focused benchmarks of one stage each.
 
 mod append;
+mod chart;
+mod checker;
 mod drain;
+mod drive;
 mod fixtures;
+mod latency;
+mod limits;
+mod pipeline;
+mod processes;
 mod project;
 mod report;
+mod rig;
+mod throughput;
+mod worker;
+mod workload;
 
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -26,12 +42,25 @@ struct Cli {
     /// Print the report as JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// Directory for report.json, summary.md and chart.svg [default:
+    /// load-reports/<command>-<UTC time>].
+    #[arg(long, global = true)]
+    out: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// This machine's raw ceilings: PostgreSQL inserts, emulator publish, receive, latency.
+    #[command(after_help = "Example:\n  courier-load limits --seconds 5 --clients 1,4,16")]
+    Limits(limits::LimitsArgs),
+    /// End-to-end events/s at full speed, with the backlog over time, vs the ceilings.
+    #[command(after_help = "Example:\n  courier-load throughput --seconds 30 --writers 8")]
+    Throughput(throughput::ThroughputArgs),
+    /// Commit → projection percentiles at a fixed rate (open loop, no coordinated omission).
+    #[command(after_help = "Example:\n  courier-load latency --seconds 30            # at 50 % of the measured max")]
+    Latency(latency::LatencyArgs),
     /// Relay drain rate vs raw emulator publish and raw PostgreSQL claim-and-mark.
     #[command(after_help = "Example:\n  courier-load drain --events 200000 --keys 1000")]
     Drain(drain::DrainArgs),
@@ -43,6 +72,23 @@ enum Command {
         after_help = "Example:\n  courier-load project --events 200000 --keys 1000 --streams 4"
     )]
     Project(project::ProjectArgs),
+    /// A relay or consumer process of a run (started by the other commands).
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Limits(_) => "limits",
+            Command::Throughput(_) => "throughput",
+            Command::Latency(_) => "latency",
+            Command::Drain(_) => "drain",
+            Command::Append(_) => "append",
+            Command::Project(_) => "project",
+            Command::Worker(_) => "worker",
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -61,20 +107,40 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let dir = cli.out.clone().unwrap_or_else(|| {
+        PathBuf::from("load-reports").join(format!(
+            "{}-{}",
+            cli.command.name(),
+            chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
+        ))
+    });
     let result = runtime.block_on(async {
+        if let Command::Worker(args) = cli.command {
+            worker::run(args).await?;
+            return anyhow::Ok(None);
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
         let report = match cli.command {
+            Command::Limits(args) => limits::run(args).await?,
+            Command::Throughput(args) => throughput::run(args, &dir).await?,
+            Command::Latency(args) => latency::run(args, &dir).await?,
             Command::Drain(args) => drain::run(args).await?,
             Command::Append(args) => append::run(args).await?,
             Command::Project(args) => project::run(args).await?,
+            Command::Worker(_) => unreachable!("handled above"),
         };
-        anyhow::Ok(report)
+        report.write_to(&dir)?;
+        anyhow::Ok(Some(report))
     });
     match result {
-        Ok(report) => {
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(report)) => {
             if cli.json {
                 println!("{}", report.to_json());
             } else {
                 print!("{}", report.to_text());
+                println!("  report: {}", dir.display());
             }
             ExitCode::SUCCESS
         }

@@ -17,8 +17,6 @@ use courier::pubsub::SubscriptionSpec;
 use courier_testkit::{test_config, unique_name, TestDb, TestPubSub};
 use futures::stream::{FuturesUnordered, StreamExt};
 use google_cloud_pubsub::model::Message;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_postgres::Transaction;
 
@@ -117,7 +115,8 @@ pub async fn run(args: ProjectArgs) -> anyhow::Result<Report> {
     publish_backlog(&pubsub, &topic, args.events, args.keys).await?;
 
     let streams = config.consumer.streams;
-    let raw_rate = raw_receive(&pubsub, &raw.name, streams, args.events, args.timeout_secs).await?;
+    let raw_rate =
+        crate::limits::raw_receive(&pubsub, &raw.name, streams, args.events, args.timeout_secs).await?;
 
     let dead_letter_topic = projected
         .dead_letter
@@ -187,6 +186,7 @@ pub async fn run(args: ProjectArgs) -> anyhow::Result<Report> {
         ],
         rates: vec![raw_rate, projected_rate],
         ratios: vec![ratio],
+        ..Default::default()
     })
 }
 
@@ -240,47 +240,4 @@ async fn publish_backlog(
     }
     bar.finish_and_clear();
     Ok(())
-}
-
-/// The emulator's ceiling: `streams` bare streams that ack every message on receipt.
-async fn raw_receive(
-    pubsub: &TestPubSub,
-    subscription: &str,
-    streams: u32,
-    total: u64,
-    timeout_secs: u64,
-) -> anyhow::Result<Rate> {
-    let client = pubsub.client();
-    let subscriber = Arc::new(client.subscriber().await?);
-    let received = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    for _ in 0..streams {
-        let mut stream = subscriber
-            .subscribe(client.subscription_path(subscription))
-            .build();
-        let received = received.clone();
-        // Left running when the count is reached: cancelling a stream mid-`next()` strands
-        // messages in the emulator, and the subscription is not used again.
-        tokio::spawn(async move {
-            while let Some(Ok((_message, handler))) = stream.next().await {
-                handler.ack();
-                received.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-    }
-    let received_so_far = &received;
-    let seconds = poll_until_done(
-        started,
-        total,
-        "received and acked (raw client)",
-        Duration::from_secs(timeout_secs),
-        Duration::from_millis(20),
-        || async move { Ok(received_so_far.load(Ordering::Relaxed)) },
-    )
-    .await?;
-    Ok(Rate::new(
-        &format!("emulator raw receive+ack ({streams} streams)"),
-        received.load(Ordering::Relaxed),
-        seconds,
-    ))
 }

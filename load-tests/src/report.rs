@@ -1,7 +1,13 @@
-//! A benchmark's result: measured rates, the ceilings measured in the same run, and the goal
-//! ratio, printed side by side.
+//! A run's result: measured rates, the ceilings measured in the same run, the goal ratios,
+//! latency percentiles, the checker's verdict and time series; printed as text, written as
+//! `report.json`, `summary.md` and `chart.svg`.
 
+use crate::chart::Panel;
+use crate::checker::Verdict;
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
 use serde::Serialize;
+use std::path::Path;
 
 /// One measured rate.
 #[derive(Debug, Clone, Serialize)]
@@ -62,12 +68,69 @@ impl Ratio {
     }
 }
 
+/// A latency histogram in microseconds, 1 µs to 1 hour at 3 significant digits (a value
+/// above an hour is recorded as an hour).
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3)
+        .unwrap_or_else(|_| unreachable!("the bounds are valid"))
+}
+
+/// Percentiles of one latency distribution, in milliseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Latency {
+    pub name: String,
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    /// From a histogram of microseconds.
+    pub fn from_histogram(name: &str, histogram: &Histogram<u64>) -> Self {
+        let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1_000.0;
+        Self {
+            name: name.into(),
+            count: histogram.len(),
+            p50_ms: ms(0.5),
+            p90_ms: ms(0.9),
+            p99_ms: ms(0.99),
+            p999_ms: ms(0.999),
+            max_ms: histogram.max() as f64 / 1_000.0,
+        }
+    }
+}
+
+/// A goal that is not a ratio of rates (latency budget, memory drift, chaos counts).
 #[derive(Debug, Clone, Serialize)]
+pub struct Goal {
+    pub name: String,
+    pub value: String,
+    pub goal: String,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     pub benchmark: String,
     pub parameters: Vec<(String, String)>,
     pub rates: Vec<Rate>,
     pub ratios: Vec<Ratio>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub goals: Vec<Goal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reference_latencies: Vec<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    /// What happened when, in seconds from the start (faults, phases).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<(f64, String)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub panels: Vec<Panel>,
 }
 
 impl Report {
@@ -104,7 +167,108 @@ impl Report {
                 }
             );
         }
+        for latency in self.latency.iter().chain(&self.reference_latencies) {
+            out += &format!(
+                "  {:<44} p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} ms ({} samples)\n",
+                latency.name,
+                latency.p50_ms,
+                latency.p90_ms,
+                latency.p99_ms,
+                latency.p999_ms,
+                latency.max_ms,
+                latency.count
+            );
+        }
+        for goal in &self.goals {
+            out += &format!(
+                "  {:<44} {:>10}  goal {} — {}\n",
+                goal.name,
+                goal.value,
+                goal.goal,
+                if goal.met { "met" } else { "NOT met" }
+            );
+        }
+        if let Some(verdict) = &self.verdict {
+            out += &verdict.to_text();
+        }
         out
+    }
+
+    pub fn to_markdown(&self) -> String {
+        let mut out = format!("# {}\n\n", self.benchmark);
+        out += "| parameter | value |\n|---|---|\n";
+        for (k, v) in &self.parameters {
+            out += &format!("| {k} | {v} |\n");
+        }
+        if !self.rates.is_empty() {
+            out += "\n| rate | events/s | events | seconds |\n|---|---:|---:|---:|\n";
+            for r in &self.rates {
+                out += &format!(
+                    "| {} | {:.0} | {} | {:.2} |\n",
+                    r.name, r.per_second, r.events, r.seconds
+                );
+            }
+        }
+        if !self.ratios.is_empty() || !self.goals.is_empty() {
+            out += "\n| goal | result | target | met |\n|---|---:|---|---|\n";
+            for r in &self.ratios {
+                let met = if r.goal.starts_with("none") {
+                    "—"
+                } else if r.met {
+                    "yes"
+                } else {
+                    "**no**"
+                };
+                out += &format!("| {} | {:.2} | {} | {met} |\n", r.name, r.value, r.goal);
+            }
+            for g in &self.goals {
+                let met = if g.met { "yes" } else { "**no**" };
+                out += &format!("| {} | {} | {} | {met} |\n", g.name, g.value, g.goal);
+            }
+        }
+        let latencies: Vec<&Latency> = self.latency.iter().chain(&self.reference_latencies).collect();
+        if !latencies.is_empty() {
+            out += "\n| latency | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | samples |\n\
+                    |---|---:|---:|---:|---:|---:|---:|\n";
+            for l in latencies {
+                out += &format!(
+                    "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |\n",
+                    l.name, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms, l.count
+                );
+            }
+        }
+        if let Some(verdict) = &self.verdict {
+            out += "\n## Checker\n\n";
+            out += &verdict.to_markdown();
+        }
+        if !self.timeline.is_empty() {
+            out += "\n## Timeline\n\n";
+            for (t, what) in &self.timeline {
+                out += &format!("- {t:.1} s: {what}\n");
+            }
+        }
+        if !self.panels.is_empty() {
+            out += "\n![throughput, backlog and latency over time](chart.svg)\n";
+        }
+        out
+    }
+
+    /// Writes `report.json`, `summary.md` and, when there are time series, `chart.svg`.
+    pub fn write_to(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))
+        };
+        write("report.json", self.to_json())?;
+        write("summary.md", self.to_markdown())?;
+        if !self.panels.is_empty() {
+            write(
+                "chart.svg",
+                crate::chart::render(&self.benchmark, &self.panels, &self.timeline),
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -129,6 +293,43 @@ mod tests {
         assert!(ratio.goal.contains("claim"));
         let slow = Rate::new("relay", 10_000, 1.0);
         assert!(!Ratio::to_lowest("r", &slow, &[&publish, &claim], 0.7).met);
+    }
+
+    #[test]
+    fn latency_percentiles_come_from_the_histogram_in_milliseconds() {
+        let mut histogram = new_histogram();
+        for micros in 1..=1_000u64 {
+            histogram.record(micros * 1_000).expect("in range");
+        }
+        let latency = Latency::from_histogram("l", &histogram);
+        assert_eq!(latency.count, 1_000);
+        assert!((latency.p50_ms - 500.0).abs() <= 1.0, "{latency:?}");
+        assert!((latency.p99_ms - 990.0).abs() <= 1.0, "{latency:?}");
+        assert!((latency.max_ms - 1_000.0).abs() <= 1.0, "{latency:?}");
+    }
+
+    #[test]
+    fn the_summary_lists_goals_and_links_the_chart() {
+        let report = Report {
+            benchmark: "b".into(),
+            goals: vec![Goal {
+                name: "lost events".into(),
+                value: "0".into(),
+                goal: "0".into(),
+                met: true,
+            }],
+            panels: vec![Panel::new("backlog", "events")],
+            ..Default::default()
+        };
+        let md = report.to_markdown();
+        assert!(md.contains("| lost events | 0 | 0 | yes |"), "{md}");
+        assert!(md.contains("chart.svg"));
+        let dir = std::env::temp_dir().join(courier_testkit::unique_name("report-test"));
+        report.write_to(&dir).expect("written");
+        for file in ["report.json", "summary.md", "chart.svg"] {
+            assert!(dir.join(file).exists(), "{file} missing");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

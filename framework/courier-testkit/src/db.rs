@@ -61,7 +61,19 @@ async fn admin(server: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres
 impl TestDb {
     /// Creates a fresh database and applies the framework's migrations to schema `courier`.
     pub async fn new() -> anyhow::Result<Self> {
-        let server = server_config()?;
+        Self::on_server(server_config()?).await
+    }
+
+    /// [`TestDb::new`] on the server `url` names (a cluster of the caller's own) instead of
+    /// `DATABASE_URL`'s.
+    pub async fn on_server_url(url: &str) -> anyhow::Result<Self> {
+        let server = url
+            .parse()
+            .with_context(|| format!("{url:?} is not a PostgreSQL connection string"))?;
+        Self::on_server(server).await
+    }
+
+    async fn on_server(server: tokio_postgres::Config) -> anyhow::Result<Self> {
         let name = crate::unique_name("courier_test").replace('-', "_");
         admin(&server)
             .await?

@@ -87,7 +87,7 @@ impl TestPubSub {
 
 /// Finds the emulator launcher: `COURIER_PUBSUB_EMULATOR`, the Debian package's location, or
 /// the Google Cloud SDK root reported by `gcloud info`.
-fn emulator_launcher() -> anyhow::Result<PathBuf> {
+pub fn emulator_launcher() -> anyhow::Result<PathBuf> {
     if let Ok(path) = std::env::var("COURIER_PUBSUB_EMULATOR") {
         return Ok(path.into());
     }
@@ -110,7 +110,7 @@ fn emulator_launcher() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -150,7 +150,7 @@ async fn start_emulator() -> anyhow::Result<TestPubSub> {
 }
 
 /// Waits until the emulator answers HTTP on `host`.
-async fn wait_ready(host: &str) -> anyhow::Result<()> {
+pub async fn wait_ready(host: &str) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // The emulator keeps HTTP connections open whatever the request says: read until the
     // answer shows up instead of until end of stream.

@@ -17,7 +17,7 @@ mod wait;
 
 pub use collector::{Collector, Received};
 pub use db::TestDb;
-pub use emulator::TestPubSub;
+pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
 pub use wait::wait_until;
 
 use courier::CourierConfig;

@@ -1,0 +1,454 @@
+//! Driving a run: the writers (closed loop at full speed, or open loop at a fixed rate), the
+//! sampler recording throughput, backlog, latency and process memory over time, and the
+//! wait for the pipeline to drain.
+
+use crate::chart::Panel;
+use crate::checker::RegressionPoller;
+use crate::processes::{read_process, ProcessReading, TICKS_PER_SECOND};
+use crate::report::{new_histogram, Latency};
+use crate::rig::Rig;
+use crate::workload::{aggregate_id, Writer};
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use courier::db::PgPool;
+use rand::Rng as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// The run's clock: an instant and the wall time it stands for, so instants can be written
+/// to the database and compared with PostgreSQL's `clock_timestamp()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin {
+    pub instant: Instant,
+    pub wall: DateTime<Utc>,
+}
+
+impl Origin {
+    pub fn now() -> Self {
+        Self {
+            instant: Instant::now(),
+            wall: Utc::now(),
+        }
+    }
+
+    pub fn wall_at(&self, instant: Instant) -> DateTime<Utc> {
+        let offset = instant.saturating_duration_since(self.instant);
+        self.wall + chrono::Duration::from_std(offset).unwrap_or_default()
+    }
+
+    pub fn seconds(&self) -> f64 {
+        self.instant.elapsed().as_secs_f64()
+    }
+}
+
+/// How the writers pace themselves.
+#[derive(Debug, Clone, Copy)]
+pub enum Pace {
+    /// Each writer commits as fast as it can.
+    ClosedLoop,
+    /// Writes are scheduled at this many per second whatever the pipeline does; latency is
+    /// measured from the scheduled instant (no coordinated omission).
+    OpenLoop { per_second: f64 },
+}
+
+/// What the writers did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOutcome {
+    pub committed: u64,
+    /// Writes that failed (PostgreSQL restarting) and were retried.
+    pub failed_attempts: u64,
+    pub seconds: f64,
+}
+
+/// Writes for `duration` with `writers` connections over `keys` aggregates.
+pub async fn write_for(
+    rig: &Rig,
+    origin: Origin,
+    writers: u32,
+    keys: u64,
+    pace: Pace,
+    duration: Duration,
+    committed: Arc<AtomicU64>,
+) -> anyhow::Result<WriteOutcome> {
+    let started = Instant::now();
+    let until = started + duration;
+    let failed = Arc::new(AtomicU64::new(0));
+    // Open loop: a scheduler hands out due instants; a writer that falls behind takes them
+    // late, and the latency it records starts at the due instant.
+    let (due_tx, due_rx) = async_channel(writers as usize * 4);
+    let scheduler = match pace {
+        Pace::ClosedLoop => None,
+        Pace::OpenLoop { per_second } => Some(tokio::spawn(async move {
+            let interval = Duration::from_secs_f64(1.0 / per_second.max(0.001));
+            let mut due = started;
+            while due < until {
+                tokio::time::sleep_until(due.into()).await;
+                if due_tx.send(due).await.is_err() {
+                    break;
+                }
+                due += interval;
+            }
+        })),
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..writers {
+        let writer = Writer::new(&rig.config, &rig.topic);
+        let url = rig.config.database.url.clone();
+        let due_rx = due_rx.clone();
+        let committed = committed.clone();
+        let failed = failed.clone();
+        let open = matches!(pace, Pace::OpenLoop { .. });
+        tasks.push(tokio::spawn(async move {
+            let mut client: Option<tokio_postgres::Client> = None;
+            loop {
+                let intended = if open {
+                    match due_rx.recv().await {
+                        Ok(due) => due,
+                        Err(_) => break,
+                    }
+                } else {
+                    let now = Instant::now();
+                    if now >= until {
+                        break;
+                    }
+                    now
+                };
+                let key = aggregate_id(rand::thread_rng().gen_range(0..keys));
+                // A write that fails (the database restarting) is retried on a new
+                // connection, keeping its intended instant.
+                loop {
+                    if client.is_none() {
+                        client = connect(&url).await.ok();
+                    }
+                    let Some(c) = client.as_mut() else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    };
+                    match writer.write(c, &key, origin.wall_at(intended)).await {
+                        Ok(_) => {
+                            committed.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            client = None;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    drop(due_rx);
+    if let Some(scheduler) = scheduler {
+        scheduler.await.context("the scheduler panicked")?;
+    }
+    for task in tasks {
+        task.await.context("a writer panicked")?;
+    }
+    Ok(WriteOutcome {
+        committed: committed.load(Ordering::Relaxed),
+        failed_attempts: failed.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// A bounded multi-consumer channel of due instants (tokio's mpsc has one consumer).
+fn async_channel(
+    capacity: usize,
+) -> (
+    tokio::sync::mpsc::Sender<Instant>,
+    SharedReceiver,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
+    (tx, SharedReceiver(Arc::new(tokio::sync::Mutex::new(rx))))
+}
+
+#[derive(Clone)]
+struct SharedReceiver(Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Instant>>>);
+
+impl SharedReceiver {
+    async fn recv(&self) -> Result<Instant, ()> {
+        self.0.lock().await.recv().await.ok_or(())
+    }
+}
+
+async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = url
+        .parse::<tokio_postgres::Config>()?
+        .connect(tokio_postgres::NoTls)
+        .await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// One reading of the pipeline.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub t: f64,
+    pub written: i64,
+    pub outbox_pending: i64,
+    pub applied: i64,
+    /// p99 commit → projection of the effects recorded since the previous sample.
+    pub window_p99_ms: Option<f64>,
+    pub processes: Vec<(String, ProcessReading)>,
+}
+
+/// Processes whose memory and CPU are sampled: `(label, pid)`, kept current by the driver.
+pub type Watched = Arc<Mutex<Vec<(String, u32)>>>;
+
+/// Samples the pipeline every `every` until finished.
+pub struct Sampler {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<(Vec<Sample>, RegressionPoller)>,
+}
+
+impl Sampler {
+    pub fn start(pool: PgPool, origin: Origin, every: Duration, watched: Watched) -> Self {
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut poller = RegressionPoller::new();
+            let mut last_seq = 0i64;
+            loop {
+                poller.sample(&pool).await;
+                if let Ok(sample) = sample(&pool, origin, &mut last_seq, &watched).await {
+                    samples.push(sample);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stopped.changed() => break,
+                }
+            }
+            (samples, poller)
+        });
+        Self { stop, task }
+    }
+
+    pub async fn finish(self) -> anyhow::Result<(Vec<Sample>, RegressionPoller)> {
+        let _ = self.stop.send(true);
+        self.task.await.context("the sampler panicked")
+    }
+}
+
+async fn sample(
+    pool: &PgPool,
+    origin: Origin,
+    last_seq: &mut i64,
+    watched: &Watched,
+) -> anyhow::Result<Sample> {
+    let conn = pool.get().await.context("sampler connection")?;
+    // max(seq) instead of count(*): constant time however long the run; a rolled-back write
+    // leaves a gap, which only matters during a fault.
+    let row = conn
+        .query_one(
+            "SELECT (SELECT coalesce(max(seq), 0) FROM load.writes),
+                    (SELECT count(*) FROM courier.outbox WHERE published_at IS NULL AND dead_at IS NULL),
+                    (SELECT coalesce(max(seq), 0) FROM load.applied)",
+            &[],
+        )
+        .await?;
+    let window = conn
+        .query(
+            "SELECT seq, (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint
+             FROM load.applied WHERE seq > $1 ORDER BY seq LIMIT 100000",
+            &[&*last_seq],
+        )
+        .await?;
+    let mut histogram = new_histogram();
+    for r in &window {
+        *last_seq = r.get(0);
+        histogram.saturating_record(u64::try_from(r.get::<_, i64>(1)).unwrap_or(0));
+    }
+    let processes = watched
+        .lock()
+        .map(|list| list.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(label, pid)| Some((label, read_process(pid)?)))
+        .collect();
+    Ok(Sample {
+        t: origin.seconds(),
+        written: row.get(0),
+        outbox_pending: row.get(1),
+        applied: row.get(2),
+        window_p99_ms: (!histogram.is_empty())
+            .then(|| histogram.value_at_quantile(0.99) as f64 / 1_000.0),
+        processes,
+    })
+}
+
+/// Waits until every committed write has been applied, failing after `timeout`.
+pub async fn wait_drained(
+    rig: &Rig,
+    committed: u64,
+    timeout: Duration,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    crate::fixtures::poll_until_done(
+        started,
+        committed,
+        "applied by the projection",
+        timeout,
+        Duration::from_millis(100),
+        || async {
+            let Ok(conn) = rig.db.pool.get().await else {
+                return Ok(0);
+            };
+            let applied: i64 = conn
+                .query_one("SELECT count(DISTINCT (aggregate_id, version)) FROM load.applied", &[])
+                .await
+                .map(|r| r.get(0))
+                .unwrap_or(0);
+            Ok(u64::try_from(applied).unwrap_or(0))
+        },
+    )
+    .await
+}
+
+/// The committed writes, counted from the database (the source of truth).
+pub async fn committed_writes(rig: &Rig) -> anyhow::Result<u64> {
+    let n: i64 = rig
+        .client()
+        .await?
+        .query_one("SELECT count(*) FROM load.writes", &[])
+        .await
+        .context("count the committed writes")?
+        .get(0);
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// Commit → projection latency of every effect of the run.
+pub async fn latency(rig: &Rig, name: &str) -> anyhow::Result<Latency> {
+    let rows = rig
+        .client()
+        .await?
+        .query(
+            "SELECT (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint FROM load.applied",
+            &[],
+        )
+        .await
+        .context("read the latencies")?;
+    let mut histogram = new_histogram();
+    for r in rows {
+        histogram.saturating_record(u64::try_from(r.get::<_, i64>(0)).unwrap_or(0));
+    }
+    Ok(Latency::from_histogram(name, &histogram))
+}
+
+/// Rates between consecutive samples of `value`, per second.
+pub fn rates(samples: &[Sample], value: impl Fn(&Sample) -> i64) -> Vec<(f64, f64)> {
+    samples
+        .windows(2)
+        .filter(|w| w[1].t > w[0].t)
+        .map(|w| {
+            let delta = (value(&w[1]) - value(&w[0])).max(0) as f64;
+            (w[1].t, delta / (w[1].t - w[0].t))
+        })
+        .collect()
+}
+
+/// The chart panels every pipeline run shows: throughput, backlog, latency, and (when
+/// processes were watched) memory.
+pub fn panels(samples: &[Sample]) -> Vec<Panel> {
+    let mut panels = vec![
+        Panel::new("throughput", "events/s")
+            .with("committed", rates(samples, |s| s.written))
+            .with("projected", rates(samples, |s| s.applied)),
+        Panel::new("backlog", "events")
+            .with(
+                "committed, not projected",
+                samples
+                    .iter()
+                    .map(|s| (s.t, (s.written - s.applied).max(0) as f64))
+                    .collect(),
+            )
+            .with(
+                "outbox unpublished",
+                samples.iter().map(|s| (s.t, s.outbox_pending as f64)).collect(),
+            ),
+        Panel::new("commit → projection p99", "ms").with(
+            "p99 per sample",
+            samples
+                .iter()
+                .filter_map(|s| Some((s.t, s.window_p99_ms?)))
+                .collect(),
+        ),
+    ];
+    let mut memory = Panel::new("resident memory", "MiB");
+    let mut cpu = Panel::new("CPU", "% of one core");
+    let mut labels: Vec<&String> = samples
+        .iter()
+        .flat_map(|s| s.processes.iter().map(|(l, _)| l))
+        .collect();
+    labels.sort();
+    labels.dedup();
+    for label in labels {
+        let readings: Vec<(f64, ProcessReading)> = samples
+            .iter()
+            .filter_map(|s| {
+                let (_, r) = s.processes.iter().find(|(l, _)| l == label)?;
+                Some((s.t, *r))
+            })
+            .collect();
+        memory = memory.with(
+            label,
+            readings
+                .iter()
+                .map(|(t, r)| (*t, r.rss_bytes as f64 / 1_048_576.0))
+                .collect(),
+        );
+        cpu = cpu.with(
+            label,
+            readings
+                .windows(2)
+                .filter(|w| w[1].0 > w[0].0 && w[1].1.cpu_ticks >= w[0].1.cpu_ticks)
+                .map(|w| {
+                    let ticks = (w[1].1.cpu_ticks - w[0].1.cpu_ticks) as f64;
+                    (w[1].0, 100.0 * ticks / TICKS_PER_SECOND / (w[1].0 - w[0].0))
+                })
+                .collect(),
+        );
+    }
+    if !memory.series.is_empty() {
+        panels.push(memory);
+        panels.push(cpu);
+    }
+    panels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t: f64, written: i64, applied: i64) -> Sample {
+        Sample {
+            t,
+            written,
+            outbox_pending: 0,
+            applied,
+            window_p99_ms: None,
+            processes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn rates_are_deltas_over_time_between_samples() {
+        let samples = [sample(0.0, 0, 0), sample(0.5, 500, 100), sample(1.5, 1_500, 1_100)];
+        assert_eq!(rates(&samples, |s| s.written), vec![(0.5, 1_000.0), (1.5, 1_000.0)]);
+        assert_eq!(rates(&samples, |s| s.applied), vec![(0.5, 200.0), (1.5, 1_000.0)]);
+    }
+
+    #[test]
+    fn the_origin_maps_instants_to_wall_time() {
+        let origin = Origin::now();
+        let later = origin.instant + Duration::from_millis(1_500);
+        assert_eq!((origin.wall_at(later) - origin.wall).num_milliseconds(), 1_500);
+        assert_eq!(origin.wall_at(origin.instant - Duration::from_secs(1)), origin.wall);
+    }
+}

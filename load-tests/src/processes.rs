@@ -1,0 +1,264 @@
+//! The run's worker processes (this binary's hidden `worker` command): started, killed with
+//! SIGKILL, restarted when they exit on their own (as Kubernetes would), stopped at the end;
+//! and what `/proc` says about any process's memory and CPU.
+
+use crate::rig::Rig;
+use anyhow::Context as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Relay,
+    Consumer,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Relay => "relay",
+            Role::Consumer => "consumer",
+        }
+    }
+}
+
+struct Worker {
+    role: Role,
+    label: String,
+    child: Option<Child>,
+}
+
+/// The workers of one run.
+pub struct Workers {
+    exe: PathBuf,
+    logs: PathBuf,
+    config: PathBuf,
+    emulator_host: String,
+    subscription: String,
+    dead_letter_topic: String,
+    workers: Vec<Worker>,
+    /// Exits nobody asked for, restarted.
+    pub unexpected_exits: Vec<String>,
+}
+
+impl Workers {
+    pub fn new(rig: &Rig, dir: &Path) -> anyhow::Result<Self> {
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs).with_context(|| format!("create {}", logs.display()))?;
+        Ok(Self {
+            exe: std::env::current_exe().context("find this program's path")?,
+            logs,
+            config: rig.config_path.clone(),
+            emulator_host: rig.emulator_host.clone(),
+            subscription: rig.subscription.name.clone(),
+            dead_letter_topic: rig.dead_letter_topic.clone(),
+            workers: Vec::new(),
+            unexpected_exits: Vec::new(),
+        })
+    }
+
+    /// Starts a worker; returns its index.
+    pub fn start(&mut self, role: Role) -> anyhow::Result<usize> {
+        let n = self.workers.iter().filter(|w| w.role == role).count();
+        let label = format!("{}-{}", role.name(), n + 1);
+        let child = self.spawn(role, &label)?;
+        self.workers.push(Worker {
+            role,
+            label,
+            child: Some(child),
+        });
+        Ok(self.workers.len() - 1)
+    }
+
+    fn spawn(&self, role: Role, label: &str) -> anyhow::Result<Child> {
+        let log_path = self.logs.join(format!("{label}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("open {}", log_path.display()))?;
+        let mut command = Command::new(&self.exe);
+        command.arg("worker").arg(role.name()).arg("--config").arg(&self.config);
+        if role == Role::Consumer {
+            command
+                .arg("--subscription")
+                .arg(&self.subscription)
+                .arg("--dead-letter-topic")
+                .arg(&self.dead_letter_topic);
+        }
+        command
+            .env("PUBSUB_EMULATOR_HOST", &self.emulator_host)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("log file handle")?)
+            .stderr(log)
+            .kill_on_drop(true);
+        command
+            .spawn()
+            .with_context(|| format!("start worker {label}"))
+    }
+
+    pub fn indices(&self, role: Role) -> Vec<usize> {
+        (0..self.workers.len())
+            .filter(|&i| self.workers[i].role == role)
+            .collect()
+    }
+
+    pub fn label(&self, index: usize) -> &str {
+        &self.workers[index].label
+    }
+
+    /// `(label, pid)` of every running worker.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.workers
+            .iter()
+            .filter_map(|w| Some((w.label.clone(), w.child.as_ref()?.id()?)))
+            .collect()
+    }
+
+    /// SIGKILL, as a crash would.
+    pub async fn kill(&mut self, index: usize) -> anyhow::Result<()> {
+        if let Some(mut child) = self.workers[index].child.take() {
+            child.start_kill().context("kill a worker")?;
+            child.wait().await.context("reap a killed worker")?;
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped worker again.
+    pub fn restart(&mut self, index: usize) -> anyhow::Result<()> {
+        let (role, label) = (self.workers[index].role, self.workers[index].label.clone());
+        self.workers[index].child = Some(self.spawn(role, &label)?);
+        Ok(())
+    }
+
+    /// Restarts workers that exited on their own (a supervisor past its budget exits the
+    /// process), recording each exit.
+    pub fn restart_exited(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.workers.len() {
+            let status = match self.workers[index].child.as_mut() {
+                Some(child) => child.try_wait().context("poll a worker")?,
+                None => None,
+            };
+            if let Some(status) = status {
+                self.unexpected_exits
+                    .push(format!("{} exited ({status})", self.workers[index].label));
+                self.restart(index)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to every worker, then SIGKILL to those still running after `grace`.
+    pub async fn stop_all(&mut self, grace: Duration) {
+        for (_, pid) in self.pids() {
+            signal(pid, "TERM").await;
+        }
+        for worker in &mut self.workers {
+            if let Some(mut child) = worker.child.take() {
+                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                }
+            }
+        }
+    }
+}
+
+/// Sends `signal` (a name `kill` knows) to a process or, with a negative pid string, a group.
+pub async fn signal(pid: impl std::fmt::Display, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+}
+
+/// One reading of a process from `/proc`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcessReading {
+    pub rss_bytes: u64,
+    /// User + system CPU time so far, in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+/// Reads `/proc/<pid>/stat`; `None` once the process is gone.
+pub fn read_process(pid: u32) -> Option<ProcessReading> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat)
+}
+
+/// Fields after the command name (which may hold spaces, so split after its `)`):
+/// utime and stime are fields 14 and 15, rss (in pages) field 24.
+pub fn parse_stat(stat: &str) -> Option<ProcessReading> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    const PAGE: u64 = 4096;
+    Some(ProcessReading {
+        rss_bytes: field(24)? * PAGE,
+        cpu_ticks: field(14)? + field(15)?,
+    })
+}
+
+/// Clock ticks per second for `cpu_ticks` (Linux uses 100 on every common platform).
+pub const TICKS_PER_SECOND: f64 = 100.0;
+
+/// The pids of a process and all its descendants (the emulator's launcher script runs Java
+/// as a child).
+pub fn with_descendants(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let parent = all[i];
+        if let Ok(children) =
+            std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+        {
+            all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+        i += 1;
+    }
+    all
+}
+
+/// The first process whose command line contains every one of `needles` (the emulator's
+/// Java process, found by its port).
+pub fn find_process(needles: &[&str]) -> Option<u32> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| {
+                let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+                cmdline.contains("java") && needles.iter().all(|n| cmdline.contains(n))
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_read_after_a_command_name_with_spaces() {
+        let stat = "4242 (tokio runtime) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                    250 50 0 0 20 0 9 0 123 567890 1000 18446744073709551615";
+        let reading = parse_stat(stat).expect("parsed");
+        assert_eq!(reading.cpu_ticks, 300);
+        assert_eq!(reading.rss_bytes, 1000 * 4096);
+    }
+
+    #[test]
+    fn this_process_can_be_read() {
+        let reading = read_process(std::process::id()).expect("own /proc entry");
+        assert!(reading.rss_bytes > 0);
+    }
+}

@@ -1,0 +1,161 @@
+//! One run's pipeline: a fresh database with the workload's schema, a topic with its ordered
+//! subscription and dead-letter topic, and a config file the worker processes read.
+
+use crate::workload;
+use anyhow::Context as _;
+use courier::pubsub::{PubSub, SubscriptionSpec};
+use courier::CourierConfig;
+use courier_testkit::{unique_name, TestDb};
+use std::path::{Path, PathBuf};
+
+/// How the pipeline under test is set up.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PipelineArgs {
+    /// Outbox shards (claimers), split between the relay processes.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub shards: u32,
+    /// StreamingPull streams of the consumer process.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub streams: u32,
+    /// Aggregates (ordering keys) the writers spread their writes over.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub keys: u64,
+    /// Concurrent writers (each on its own connection).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub writers: u32,
+}
+
+/// The pipeline's database, topic, subscription and worker config.
+pub struct Rig {
+    pub db: TestDb,
+    pub emulator_host: String,
+    pub config: CourierConfig,
+    pub topic: String,
+    pub subscription: SubscriptionSpec,
+    pub dead_letter_topic: String,
+    /// The subscription keeping the dead letters, read by the checker.
+    pub dead_letter_keeper: String,
+    pub config_path: PathBuf,
+}
+
+impl Rig {
+    /// Creates the database on `database_server` (`None`: `DATABASE_URL` or the local
+    /// default), the workload's schema, the topic and subscriptions, and writes the workers'
+    /// config into `dir`.
+    pub async fn create(
+        dir: &Path,
+        database_server: Option<&str>,
+        emulator_host: &str,
+        args: &PipelineArgs,
+        ack_deadline_secs: i32,
+    ) -> anyhow::Result<Self> {
+        let db = match database_server {
+            Some(url) => TestDb::on_server_url(url).await?,
+            None => TestDb::new().await?,
+        };
+        db.client()
+            .await?
+            .batch_execute(workload::SCHEMA)
+            .await
+            .context("create the workload's tables")?;
+        let mut config = CourierConfig {
+            database: db.config.clone(),
+            pubsub: courier::config::PubSubConfig {
+                project: "courier-load".into(),
+                emulator_host: Some(emulator_host.into()),
+            },
+            ..Default::default()
+        };
+        config.relay.shard_count = args.shards;
+        config.relay.claim_lease_secs = 5;
+        config.relay.retry_base_millis = 100;
+        config.relay.retry_cap_millis = 2_000;
+        config.relay.publish_timeout_secs = 10;
+        config.consumer.streams = args.streams;
+        config.consumer.lease_extension_secs = u64::try_from(ack_deadline_secs).unwrap_or(10);
+        config.database.pool_size = args.shards + 8;
+        config.database.connect_timeout_secs = 5;
+
+        let topic = unique_name("load.events");
+        let mut subscription = SubscriptionSpec::standard(&topic, "load", "projector");
+        subscription.ack_deadline_secs = ack_deadline_secs;
+        subscription.retain_acked = false;
+        let dead_letter = subscription
+            .dead_letter
+            .clone()
+            .context("the standard subscription has a dead-letter policy")?;
+        let keeper = SubscriptionSpec::dead_letter_keeper(&subscription, &dead_letter);
+        let pubsub = PubSub::new(config.pubsub.clone());
+        pubsub
+            .provision(&subscription)
+            .await
+            .context("provision the load topic and subscription")?;
+        let config_path = dir.join("courier.toml");
+        std::fs::write(&config_path, worker_config(&config))
+            .with_context(|| format!("write {}", config_path.display()))?;
+        Ok(Self {
+            db,
+            emulator_host: emulator_host.into(),
+            config,
+            topic,
+            subscription,
+            dead_letter_topic: dead_letter.topic,
+            dead_letter_keeper: keeper.name,
+            config_path,
+        })
+    }
+
+    pub fn pubsub(&self) -> PubSub {
+        PubSub::new(self.config.pubsub.clone())
+    }
+
+    /// A new connection to the run's database, outside the pool.
+    pub async fn client(&self) -> anyhow::Result<tokio_postgres::Client> {
+        self.db.client().await
+    }
+}
+
+/// The keys of `config` the workers need, as the TOML `CourierConfig::load` reads.
+fn worker_config(config: &CourierConfig) -> String {
+    let quote = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    format!(
+        "[database]\nurl = {url}\nschema = {schema}\npool_size = {pool}\nconnect_timeout_secs = {connect}\n\n\
+         [pubsub]\nproject = {project}\nemulator_host = {host}\n\n\
+         [relay]\nshard_count = {shards}\nclaim_lease_secs = {lease}\nretry_base_millis = {retry_base}\n\
+         retry_cap_millis = {retry_cap}\npublish_timeout_secs = {publish_timeout}\n\n\
+         [consumer]\nstreams = {streams}\nlease_extension_secs = {lease_extension}\n",
+        url = quote(&config.database.url),
+        schema = quote(&config.database.schema),
+        pool = config.database.pool_size,
+        connect = config.database.connect_timeout_secs,
+        project = quote(&config.pubsub.project),
+        host = quote(config.pubsub.emulator_host.as_deref().unwrap_or_default()),
+        shards = config.relay.shard_count,
+        lease = config.relay.claim_lease_secs,
+        retry_base = config.relay.retry_base_millis,
+        retry_cap = config.relay.retry_cap_millis,
+        publish_timeout = config.relay.publish_timeout_secs,
+        streams = config.consumer.streams,
+        lease_extension = config.consumer.lease_extension_secs,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_config_reads_back_as_the_same_settings() {
+        let mut config = CourierConfig::default();
+        config.database.url = "host=127.0.0.1 port=5 user=postgres dbname=x".into();
+        config.pubsub.emulator_host = Some("127.0.0.1:9".into());
+        config.relay.shard_count = 3;
+        config.consumer.streams = 2;
+        let text = worker_config(&config);
+        let back = CourierConfig::from_toml_and_env(&text, Vec::new()).expect("valid config");
+        assert_eq!(back.database.url, config.database.url);
+        assert_eq!(back.pubsub.emulator_host, config.pubsub.emulator_host);
+        assert_eq!(back.relay.shard_count, 3);
+        assert_eq!(back.consumer.streams, 2);
+    }
+}

@@ -1,0 +1,113 @@
+//! `throughput`: writers commit as fast as they can through the framework's outbox API while a
+//! relay process and a consumer process carry every event into the projection. Reports the
+//! end-to-end rate (first commit → last projection commit), the backlog over time, and the
+//! ratio to the ceilings measured in the same run: PostgreSQL's raw insert rate with the same
+//! number of clients, and the emulator's raw receive rate with the same number of streams.
+
+use crate::checker::judge;
+use crate::drive::{self, Pace};
+use crate::limits;
+use crate::pipeline::Pipeline;
+use crate::report::{Rate, Ratio, Report};
+use crate::rig::{PipelineArgs, Rig};
+use courier_testkit::{TestDb, TestPubSub};
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct ThroughputArgs {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// How long the writers write.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub seconds: u64,
+    /// How long each ceiling probe runs (PostgreSQL inserts; the receive backlog is sized to
+    /// take about this long).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub probe_seconds: u64,
+    /// Give up waiting for the projection to catch up after this long.
+    #[arg(long, default_value_t = 600)]
+    pub drain_timeout_secs: u64,
+}
+
+/// The ceilings end to end is held to, measured now.
+pub struct Ceilings {
+    pub postgres: Rate,
+    pub receive: Rate,
+}
+
+/// PostgreSQL's raw insert rate with `writers` clients and the emulator's raw receive rate
+/// with `streams` streams.
+pub async fn measure_ceilings(
+    pubsub: &TestPubSub,
+    writers: u32,
+    streams: u32,
+    probe_seconds: u64,
+) -> anyhow::Result<Ceilings> {
+    let db = TestDb::new().await?;
+    let postgres = limits::pg_insert_rate(&db, writers, 1, probe_seconds).await?;
+    drop(db);
+    // The emulator paces each stream at ~2k msg/s: size the backlog to the probe's length.
+    let backlog = 2_000 * u64::from(streams) * probe_seconds;
+    let receive = limits::raw_receive_rate(pubsub, streams, backlog, 1_000).await?;
+    Ok(Ceilings { postgres, receive })
+}
+
+pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
+    let pubsub = TestPubSub::get().await?;
+    let p = &args.pipeline;
+    let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
+
+    let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
+    let mut pipeline = Pipeline::start(rig, dir, 1, Duration::from_millis(500)).await?;
+    let committed = Arc::new(AtomicU64::new(0));
+    eprintln!("writing for {} s with {} writers", args.seconds, p.writers);
+    let write = drive::write_for(
+        &pipeline.rig,
+        pipeline.origin,
+        p.writers,
+        p.keys,
+        Pace::ClosedLoop,
+        Duration::from_secs(args.seconds),
+        committed,
+    )
+    .await?;
+    let total = drive::committed_writes(&pipeline.rig).await?;
+    drive::wait_drained(&pipeline.rig, total, Duration::from_secs(args.drain_timeout_secs)).await?;
+    let end_to_end_seconds = pipeline.origin.seconds();
+    pipeline.keep_workers_up()?;
+    let latency = drive::latency(&pipeline.rig, "commit → projection (closed loop, queueing included)").await?;
+    let finished = pipeline.finish().await?;
+    let mut facts = finished.facts;
+    facts.regressions = finished.poller.regressions.clone();
+    let verdict = judge(&facts);
+
+    let writes = Rate::new("committed writes (outbox API, closed loop)", total, write.seconds);
+    let end_to_end = Rate::new("end to end (first commit → last projection)", total, end_to_end_seconds);
+    let ratio = Ratio::to_lowest(
+        "end to end / lower ceiling",
+        &end_to_end,
+        &[&ceilings.postgres, &ceilings.receive],
+        0.6,
+    );
+    Ok(Report {
+        benchmark: "throughput: outbox API → relay → emulator → projection".into(),
+        parameters: vec![
+            ("seconds".into(), args.seconds.to_string()),
+            ("writers".into(), p.writers.to_string()),
+            ("keys".into(), p.keys.to_string()),
+            ("shards".into(), p.shards.to_string()),
+            ("streams".into(), p.streams.to_string()),
+            ("failed_write_attempts".into(), write.failed_attempts.to_string()),
+            ("worker_exits".into(), finished.unexpected_exits.len().to_string()),
+        ],
+        rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
+        ratios: vec![ratio],
+        latency: Some(latency),
+        verdict: Some(verdict),
+        panels: drive::panels(&finished.samples),
+        ..Default::default()
+    })
+}
