@@ -62,16 +62,31 @@ pub struct WriteOutcome {
     pub seconds: f64,
 }
 
-/// Writes for `duration` with `writers` connections over `keys` aggregates.
+/// The writes of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Concurrent writers, each on its own connection.
+    pub writers: u32,
+    /// Aggregates the writes pick from at random.
+    pub keys: u64,
+    pub pace: Pace,
+    pub duration: Duration,
+}
+
+/// Runs `load` against the database of `config` and `topic` (a rig's).
 pub async fn write_for(
-    rig: &Rig,
+    config: &courier::CourierConfig,
+    topic: &str,
     origin: Origin,
-    writers: u32,
-    keys: u64,
-    pace: Pace,
-    duration: Duration,
-    committed: Arc<AtomicU64>,
+    load: Load,
 ) -> anyhow::Result<WriteOutcome> {
+    let Load {
+        writers,
+        keys,
+        pace,
+        duration,
+    } = load;
+    let committed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let until = started + duration;
     let failed = Arc::new(AtomicU64::new(0));
@@ -94,8 +109,8 @@ pub async fn write_for(
     };
     let mut tasks = Vec::new();
     for _ in 0..writers {
-        let writer = Writer::new(&rig.config, &rig.topic);
-        let url = rig.config.database.url.clone();
+        let writer = Writer::new(config, topic);
+        let url = config.database.url.clone();
         let due_rx = due_rx.clone();
         let committed = committed.clone();
         let failed = failed.clone();

@@ -5,7 +5,7 @@
 //! latency at the same rate.
 
 use crate::checker::judge;
-use crate::drive::{self, Pace};
+use crate::drive::{self, Load, Pace};
 use crate::limits;
 use crate::pipeline::Pipeline;
 use crate::report::{Goal, Rate, Report};
@@ -13,8 +13,6 @@ use crate::rig::{PipelineArgs, Rig};
 use crate::throughput::measure_ceilings;
 use courier_testkit::TestPubSub;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -61,13 +59,15 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     let mut pipeline = Pipeline::start(rig, dir, 1, Duration::from_millis(500)).await?;
     eprintln!("writing {rate:.0}/s for {} s (open loop)", args.seconds);
     let write = drive::write_for(
-        &pipeline.rig,
+        &pipeline.rig.config,
+        &pipeline.rig.topic,
         pipeline.origin,
-        p.writers,
-        p.keys,
-        Pace::OpenLoop { per_second: rate },
-        Duration::from_secs(args.seconds),
-        Arc::new(AtomicU64::new(0)),
+        Load {
+            writers: p.writers,
+            keys: p.keys,
+            pace: Pace::OpenLoop { per_second: rate },
+            duration: Duration::from_secs(args.seconds),
+        },
     )
     .await?;
     let total = drive::committed_writes(&pipeline.rig).await?;

@@ -12,6 +12,7 @@
 //! - `drain`, `append`, `project`: focused benchmarks of one stage each.
 
 mod append;
+mod chaos;
 mod chart;
 mod checker;
 mod drain;
@@ -19,6 +20,7 @@ mod drive;
 mod fixtures;
 mod latency;
 mod limits;
+mod own_stack;
 mod pipeline;
 mod processes;
 mod project;
@@ -61,6 +63,12 @@ enum Command {
     /// Commit → projection percentiles at a fixed rate (open loop, no coordinated omission).
     #[command(after_help = "Example:\n  courier-load latency --seconds 30            # at 50 % of the measured max")]
     Latency(latency::LatencyArgs),
+    /// Kill -9 relays and the consumer, restart PostgreSQL, freeze the emulator under load;
+    /// then check every event was applied exactly once. Exits 2 on any violation.
+    #[command(
+        after_help = "Examples:\n  courier-load chaos --seconds 120 --rate 300\n  courier-load chaos --faults kill-relay,kill-consumer --seed 42"
+    )]
+    Chaos(chaos::ChaosArgs),
     /// Relay drain rate vs raw emulator publish and raw PostgreSQL claim-and-mark.
     #[command(after_help = "Example:\n  courier-load drain --events 200000 --keys 1000")]
     Drain(drain::DrainArgs),
@@ -83,6 +91,7 @@ impl Command {
             Command::Limits(_) => "limits",
             Command::Throughput(_) => "throughput",
             Command::Latency(_) => "latency",
+            Command::Chaos(_) => "chaos",
             Command::Drain(_) => "drain",
             Command::Append(_) => "append",
             Command::Project(_) => "project",
@@ -125,6 +134,7 @@ fn main() -> ExitCode {
             Command::Limits(args) => limits::run(args).await?,
             Command::Throughput(args) => throughput::run(args, &dir).await?,
             Command::Latency(args) => latency::run(args, &dir).await?,
+            Command::Chaos(args) => chaos::run(args, &dir).await?,
             Command::Drain(args) => drain::run(args).await?,
             Command::Append(args) => append::run(args).await?,
             Command::Project(args) => project::run(args).await?,
@@ -142,7 +152,13 @@ fn main() -> ExitCode {
                 print!("{}", report.to_text());
                 println!("  report: {}", dir.display());
             }
-            ExitCode::SUCCESS
+            match &report.verdict {
+                Some(verdict) if verdict.violations() > 0 => {
+                    eprintln!("the checker found {} violation(s)", verdict.violations());
+                    ExitCode::from(2)
+                }
+                _ => ExitCode::SUCCESS,
+            }
         }
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -5,15 +5,13 @@
 //! number of clients, and the emulator's raw receive rate with the same number of streams.
 
 use crate::checker::judge;
-use crate::drive::{self, Pace};
+use crate::drive::{self, Load, Pace};
 use crate::limits;
 use crate::pipeline::Pipeline;
 use crate::report::{Rate, Ratio, Report};
 use crate::rig::{PipelineArgs, Rig};
 use courier_testkit::{TestDb, TestPubSub};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -62,16 +60,17 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
 
     let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
     let mut pipeline = Pipeline::start(rig, dir, 1, Duration::from_millis(500)).await?;
-    let committed = Arc::new(AtomicU64::new(0));
     eprintln!("writing for {} s with {} writers", args.seconds, p.writers);
     let write = drive::write_for(
-        &pipeline.rig,
+        &pipeline.rig.config,
+        &pipeline.rig.topic,
         pipeline.origin,
-        p.writers,
-        p.keys,
-        Pace::ClosedLoop,
-        Duration::from_secs(args.seconds),
-        committed,
+        Load {
+            writers: p.writers,
+            keys: p.keys,
+            pace: Pace::ClosedLoop,
+            duration: Duration::from_secs(args.seconds),
+        },
     )
     .await?;
     let total = drive::committed_writes(&pipeline.rig).await?;

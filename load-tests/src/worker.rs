@@ -32,14 +32,31 @@ enum WorkerRole {
     },
 }
 
-/// Runs until SIGTERM or SIGINT. A relay hands its shards over on the way out; a consumer
-/// simply stops (unacked messages are redelivered, which the inbox makes harmless).
+/// Resolves when the process that started this one is gone (a harness killed with SIGKILL
+/// cannot stop its workers itself).
+async fn orphaned() {
+    let parent = std::os::unix::process::parent_id();
+    while std::os::unix::process::parent_id() == parent {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Until SIGTERM, SIGINT or the harness's death.
+async fn stopped() {
+    tokio::select! {
+        _ = courier::service::cli::wait_for_signal() => {}
+        _ = orphaned() => {}
+    }
+}
+
+/// Runs until stopped. A relay hands its shards over on the way out; a consumer simply stops
+/// (unacked messages are redelivered, which the inbox makes harmless).
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     match args.role {
         WorkerRole::Relay { config } => {
             let config = CourierConfig::load(&config)?;
             let relay = Relay::spawn(&config, RelayOptions::default())?;
-            courier::service::cli::wait_for_signal().await;
+            stopped().await;
             relay.shutdown(Duration::from_secs(5)).await;
         }
         WorkerRole::Consumer {
@@ -59,7 +76,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
                 LoadProjection::new()?,
                 ConsumerOptions::default(),
             )?;
-            courier::service::cli::wait_for_signal().await;
+            stopped().await;
             consumer.kill();
         }
     }

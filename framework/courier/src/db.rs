@@ -72,6 +72,38 @@ impl DbError {
     }
 }
 
+impl DbError {
+    /// True when the database could not be reached or the connection broke: an outage that
+    /// says nothing about the work that failed (unlike a deadlock or a serialization failure).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            DbError::Pool { error, .. } => match error {
+                bb8::RunError::TimedOut => true,
+                bb8::RunError::User(e) => is_unavailable_pg(e),
+            },
+            DbError::Query { error, .. } => is_unavailable_pg(error),
+            DbError::Config(_) => false,
+        }
+    }
+}
+
+/// See [`DbError::is_unavailable`]: a closed connection, an I/O failure (no SQLSTATE), a
+/// connection exception (class 08), or the server shutting down or starting up (57P01–57P03).
+pub fn is_unavailable_pg(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        None => true,
+        Some(code) => {
+            code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+        }
+    }
+}
+
 /// Classifies a tokio-postgres error (see [`DbError::is_transient`]).
 pub fn is_transient_pg(error: &tokio_postgres::Error) -> bool {
     if error.is_closed() {

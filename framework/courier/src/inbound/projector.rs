@@ -8,9 +8,13 @@
 //! Failures: a transient one nacks the events of the transaction *and every event queued
 //! behind them* (real Pub/Sub redelivers a nacked ordered message together with the later
 //! ones of its key; applying those first would reorder the key), except that an event past
-//! `max_delivery_attempts` is dead-lettered instead. A permanent one is narrowed down by
-//! retrying the events one per transaction; the culprit is dead-lettered, the others applied.
+//! `max_delivery_attempts` is dead-lettered instead. A database outage (no connection, the
+//! connection lost, the server restarting) is not the event's fault: it is never
+//! dead-lettered, and the nack waits for a backoff so an outage is not a redelivery storm
+//! (the emulator redelivers a nack at once). A permanent one is narrowed down by retrying the
+//! events one per transaction; the culprit is dead-lettered, the others applied.
 
+use crate::backoff::Backoff;
 use crate::db::DbError;
 use crate::inbound::consumer::ConsumerParts;
 use crate::inbound::delivery::{Delivery, EventMeta};
@@ -40,6 +44,9 @@ pub struct Stop;
 enum TransactionFailure {
     #[error(transparent)]
     Db(#[from] DbError),
+    /// The database went away during the transaction (whatever step noticed it first).
+    #[error("database unavailable: {0}")]
+    Unavailable(Box<TransactionFailure>),
     #[error("handler failed on event {event_id}: {error}")]
     Handler {
         event_id: uuid::Uuid,
@@ -51,10 +58,22 @@ impl TransactionFailure {
     fn is_transient(&self) -> bool {
         match self {
             TransactionFailure::Db(e) => e.is_transient(),
+            TransactionFailure::Unavailable(_) => true,
             TransactionFailure::Handler { error, .. } => error.is_transient(),
         }
     }
+
+    fn is_unavailable(&self) -> bool {
+        match self {
+            TransactionFailure::Db(e) => e.is_unavailable(),
+            TransactionFailure::Unavailable(_) => true,
+            TransactionFailure::Handler { .. } => false,
+        }
+    }
 }
+
+/// How long a nack waits while the database is unavailable, by delivery attempt.
+const OUTAGE_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// What a finished transaction means for the rest of the key.
 struct Settled {
@@ -247,6 +266,21 @@ async fn apply<P: Projection>(
     let mut client = parts.pool.get().await.map_err(DbError::pool(format!(
         "projection transaction of group {group_name}"
     )))?;
+    match transact(parts, &mut client, group).await {
+        // A handler's error does not say whether the connection broke under it; the client does.
+        Err(failure) if client.is_closed() && !failure.is_unavailable() => {
+            Err(TransactionFailure::Unavailable(Box::new(failure)))
+        }
+        result => result,
+    }
+}
+
+async fn transact<P: Projection>(
+    parts: &ConsumerParts<P>,
+    client: &mut tokio_postgres::Client,
+    group: &[Delivery<P::Event>],
+) -> Result<usize, TransactionFailure> {
+    let group_name = &parts.spec.group;
     let tx = client.transaction().await.map_err(DbError::query(format!(
         "begin projection transaction of group {group_name}"
     )))?;
@@ -319,18 +353,29 @@ async fn settle_committed<P: Projection>(
     }
 }
 
-/// Nacks the group, dead-lettering those out of attempts; true if any was nacked.
+/// Nacks the group, dead-lettering those out of attempts unless the database is down (then
+/// it waits a backoff first); true if any was nacked.
 async fn settle_transient<P: Projection>(
     parts: &ConsumerParts<P>,
     group: Vec<Delivery<P::Event>>,
     failure: &TransactionFailure,
 ) -> bool {
     let max_attempts = i32::try_from(parts.settings.max_delivery_attempts).unwrap_or(i32::MAX);
+    let outage = failure.is_unavailable();
+    if outage {
+        let attempt = group
+            .iter()
+            .filter_map(|d| d.meta.delivery_attempt)
+            .max()
+            .unwrap_or(1);
+        let delay = OUTAGE_BACKOFF.delay(u32::try_from(attempt - 1).unwrap_or(0));
+        tokio::time::sleep(delay).await;
+    }
     let mut nacked = false;
     for delivery in group {
         note_failure(parts, &delivery.meta, failure);
         let attempt = delivery.meta.delivery_attempt.unwrap_or(1);
-        if attempt >= max_attempts {
+        if attempt >= max_attempts && !outage {
             let reason = format!("transient failure on delivery attempt {attempt}: {failure}");
             nacked |= !parts
                 .dead_letter(&delivery.message, delivery.handler, &reason)
