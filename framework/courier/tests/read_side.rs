@@ -353,3 +353,50 @@ async fn shuffled_and_duplicated_events_converge_to_the_independent_state() -> a
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_database_outage_is_waited_out_without_spending_delivery_attempts() -> anyhow::Result<()>
+{
+    // Two attempts would dead-letter a transient failure at its first redelivery.
+    let s = read_setup(|c| c.consumer.max_delivery_attempts = 2).await?;
+    let consumer = s.spawn(Videos::new(), ConsumerOptions::default());
+    // Cut every connection of the consumer's pool, again and again, for three seconds: each
+    // projection transaction meanwhile fails as "connection lost" / "terminating connection".
+    let admin = s.db.client().await?;
+    let cutting = tokio::spawn(async move {
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        let mut cut = 0i64;
+        while std::time::Instant::now() < until {
+            cut += admin
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .await?
+                .get::<_, i64>(0);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        anyhow::Ok(cut)
+    });
+    let events: Vec<TestEvent> = (0..40)
+        .map(|i| TestEvent::new(&format!("video-{}", i % 4), i / 4 + 1, &format!("t{i}")))
+        .collect();
+    s.publish(&events).await?;
+    let cut = cutting.await??;
+    assert!(cut > 0, "the outage cut no connection");
+    wait_until(WAIT, "every event applied after the outage", || async {
+        consumer.stats().applied >= 40
+    })
+    .await?;
+    let stats = consumer.stats();
+    assert_eq!(stats.dead_lettered, 0, "{stats:?}");
+    assert!(stats.failed > 0, "no transaction met the outage: {stats:?}");
+    assert_eq!(
+        s.scalar("SELECT max(applications)::bigint FROM app.effects").await,
+        1
+    );
+    assert_eq!(s.videos().await["video-3"], ("t39".to_string(), 10));
+    assert!(s.dead_letters.is_empty(), "dead letters: {:?}", s.dead_letters.all());
+    Ok(())
+}

@@ -9,10 +9,12 @@
 //! behind them* (real Pub/Sub redelivers a nacked ordered message together with the later
 //! ones of its key; applying those first would reorder the key), except that an event past
 //! `max_delivery_attempts` is dead-lettered instead. A database outage (no connection, the
-//! connection lost, the server restarting) is not the event's fault: it is never
-//! dead-lettered, and the nack waits for a backoff so an outage is not a redelivery storm
-//! (the emulator redelivers a nack at once). A permanent one is narrowed down by retrying the
-//! events one per transaction; the culprit is dead-lettered, the others applied.
+//! connection lost, the server restarting) is not the events' fault: the projector keeps
+//! them (the client extends their leases) and retries the transaction after a backoff until
+//! the database is back, so an outage spends no delivery attempts and dead-letters nothing
+//! (the subscription's own dead-letter policy counts nacks too). A permanent one is narrowed
+//! down by retrying the events one per transaction; the culprit is dead-lettered, the others
+//! applied.
 
 use crate::backoff::Backoff;
 use crate::db::DbError;
@@ -72,7 +74,7 @@ impl TransactionFailure {
     }
 }
 
-/// How long a nack waits while the database is unavailable, by delivery attempt.
+/// Waits between retries of a transaction while the database is unavailable.
 const OUTAGE_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// What a finished transaction means for the rest of the key.
@@ -207,7 +209,7 @@ async fn project<P: Projection>(
     group: Vec<Delivery<P::Event>>,
 ) -> Settled {
     let count = group.len();
-    match apply(&parts, &group).await {
+    match apply_outliving_outages(&parts, &group).await {
         Ok(applied) => {
             settle_committed(&parts, group, applied).await;
             Settled {
@@ -250,6 +252,29 @@ async fn project<P: Projection>(
                 count,
                 nack_rest: !dead,
             }
+        }
+    }
+}
+
+/// [`apply`], retried after a backoff for as long as the database is unavailable.
+async fn apply_outliving_outages<P: Projection>(
+    parts: &ConsumerParts<P>,
+    group: &[Delivery<P::Event>],
+) -> Result<usize, TransactionFailure> {
+    let mut retries = 0u32;
+    loop {
+        match apply(parts, group).await {
+            Err(failure) if failure.is_unavailable() => {
+                let delay = OUTAGE_BACKOFF.delay(retries);
+                tracing::warn!(ordering_key = %group[0].meta.ordering_key,
+                    consumer_group = %parts.spec.group, retry_in_ms = delay.as_millis() as u64,
+                    error = %failure, "database unavailable; keeping the events and retrying");
+                parts.stats.failed.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(m::PROJECTION_PROCESS_ERROR_TOTAL).increment(1);
+                tokio::time::sleep(delay).await;
+                retries = retries.saturating_add(1);
+            }
+            result => return result,
         }
     }
 }
@@ -353,29 +378,18 @@ async fn settle_committed<P: Projection>(
     }
 }
 
-/// Nacks the group, dead-lettering those out of attempts unless the database is down (then
-/// it waits a backoff first); true if any was nacked.
+/// Nacks the group, dead-lettering those out of attempts; true if any was nacked.
 async fn settle_transient<P: Projection>(
     parts: &ConsumerParts<P>,
     group: Vec<Delivery<P::Event>>,
     failure: &TransactionFailure,
 ) -> bool {
     let max_attempts = i32::try_from(parts.settings.max_delivery_attempts).unwrap_or(i32::MAX);
-    let outage = failure.is_unavailable();
-    if outage {
-        let attempt = group
-            .iter()
-            .filter_map(|d| d.meta.delivery_attempt)
-            .max()
-            .unwrap_or(1);
-        let delay = OUTAGE_BACKOFF.delay(u32::try_from(attempt - 1).unwrap_or(0));
-        tokio::time::sleep(delay).await;
-    }
     let mut nacked = false;
     for delivery in group {
         note_failure(parts, &delivery.meta, failure);
         let attempt = delivery.meta.delivery_attempt.unwrap_or(1);
-        if attempt >= max_attempts && !outage {
+        if attempt >= max_attempts {
             let reason = format!("transient failure on delivery attempt {attempt}: {failure}");
             nacked |= !parts
                 .dead_letter(&delivery.message, delivery.handler, &reason)
