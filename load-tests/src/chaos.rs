@@ -140,6 +140,17 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
         zero("version regressions", verdict.regressions),
         zero("all violations", verdict.violations()),
     ];
+    let unknown = emulator_breakage(dir);
+    if unknown > 0 {
+        timeline.push((
+            f64::NAN,
+            format!(
+                "the emulator failed {unknown} StreamingPull streams with UNKNOWN: its subscription \
+                 breaks after abrupt client disconnects (see README, load tests); events it then \
+                 never delivers show as lost"
+            ),
+        ));
+    }
     if let Err(e) = &converged {
         goals.push(Goal {
             name: "converged".into(),
@@ -164,6 +175,11 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
         rates: vec![Rate::new("committed writes", total, write.seconds)],
         goals,
         verdict: Some(verdict),
+        notes: timeline
+            .iter()
+            .filter(|(t, _)| !t.is_finite())
+            .map(|(_, note)| note.clone())
+            .collect(),
         timeline: timeline.into_iter().filter(|(t, _)| t.is_finite()).collect(),
         panels: drive::panels(&finished.samples),
         ..Default::default()
@@ -245,6 +261,19 @@ async fn strike(
     Ok(Strikes { timeline, poison })
 }
 
+/// How many times the consumer's streams failed with UNKNOWN, from its log: the emulator's
+/// answer once a subscription broke (its gRPC server throws `NoSuchMethodError` when a
+/// client's streams close abruptly, and from then on fails every stream of the
+/// subscription). Real Pub/Sub has no such state.
+fn emulator_breakage(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("logs"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .map(|log| log.matches("code UNKNOWN").count())
+        .sum()
+}
+
 /// Garbage that cannot decode, or a valid payload of an unknown schema version: both must
 /// end on the dead-letter topic with their reason.
 fn poison_message(event_id: uuid::Uuid, n: usize) -> Message {
@@ -277,6 +306,9 @@ async fn converge(pipeline: &mut Pipeline, total: u64, timeout: Duration) -> any
     let deadline = Instant::now() + timeout;
     let bar = crate::fixtures::progress(total, "applied after the faults");
     let mut last = (0, 0);
+    // Progress stalled this long means it will not resume (see `emulator_breakage`).
+    const STALL: Duration = Duration::from_secs(90);
+    let mut progressed_at = Instant::now();
     loop {
         pipeline.keep_workers_up()?;
         if let Ok(conn) = pipeline.rig.db.pool.get().await {
@@ -289,6 +321,9 @@ async fn converge(pipeline: &mut Pipeline, total: u64, timeout: Duration) -> any
                 .await
             {
                 let (applied, pending): (i64, i64) = (row.get(0), row.get(1));
+                if (applied, pending) != last {
+                    progressed_at = Instant::now();
+                }
                 last = (applied, pending);
                 bar.set_position(u64::try_from(applied).unwrap_or(0));
                 if u64::try_from(applied).unwrap_or(0) >= total && pending == 0 {
@@ -297,12 +332,13 @@ async fn converge(pipeline: &mut Pipeline, total: u64, timeout: Duration) -> any
                 }
             }
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline || progressed_at.elapsed() >= STALL {
             bar.finish_and_clear();
             anyhow::bail!(
-                "after {timeout:?}: {} of {total} applied, {} outbox rows unpublished",
+                "{} of {total} applied, {} outbox rows unpublished; no progress for {} s",
                 last.0,
-                last.1
+                last.1,
+                progressed_at.elapsed().as_secs()
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

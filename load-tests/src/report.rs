@@ -126,6 +126,9 @@ pub struct Report {
     pub reference_latencies: Vec<Latency>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// Remarks on the run a reader needs to judge the numbers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// What happened when, in seconds from the start (faults, phases).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<(f64, String)>,
@@ -191,6 +194,9 @@ impl Report {
         if let Some(verdict) = &self.verdict {
             out += &verdict.to_text();
         }
+        for note in &self.notes {
+            out += &format!("  note: {note}\n");
+        }
         out
     }
 
@@ -240,6 +246,12 @@ impl Report {
         if let Some(verdict) = &self.verdict {
             out += "\n## Checker\n\n";
             out += &verdict.to_markdown();
+        }
+        if !self.notes.is_empty() {
+            out += "\n## Notes\n\n";
+            for note in &self.notes {
+                out += &format!("- {note}\n");
+            }
         }
         if !self.timeline.is_empty() {
             out += "\n## Timeline\n\n";

@@ -12,9 +12,11 @@
 //! into a [`Delivery`] — attributes checked, payload decoded, schema version accepted — and
 //! sent to the router with `send().await`, so a full router mailbox stops the stream from
 //! pulling. A message that cannot become an event is dead-lettered here. When a stream ends
-//! (the subscription is gone, the server closed it) the receiver stops, and its supervisor
-//! restarts it with backoff.
+//! (the server closed it, an error) it alone is reopened after a backoff; when reopening keeps
+//! bringing nothing (the subscription is gone) the receiver stops, and its supervisor restarts
+//! it with backoff or escalates.
 
+use crate::backoff::Backoff;
 use crate::inbound::consumer::ConsumerParts;
 use crate::inbound::delivery::{Delivery, EventMeta, FlowPermit, Rejection};
 use crate::inbound::projection::Projection;
@@ -60,13 +62,17 @@ impl<P: Projection> Receiver<P> {
                 Ok(subscriber) => {
                     let subscriber = Arc::new(subscriber);
                     for stream in 0..act.parts.settings.streams {
-                        let run =
-                            run_stream(act.parts.clone(), subscriber.clone(), act.router.clone());
+                        let run = keep_stream_open(
+                            act.parts.clone(),
+                            subscriber.clone(),
+                            act.router.clone(),
+                            stream,
+                        );
                         ctx.spawn(run.into_actor(act).map(move |(), act, ctx| {
                             tracing::warn!(
                                 subscription = %act.parts.spec.subscription,
                                 stream,
-                                "stream ended; restarting the receiver"
+                                "stream keeps failing; restarting the receiver"
                             );
                             ctx.stop();
                         }));
@@ -99,12 +105,41 @@ impl<P: Projection> Supervised for Receiver<P> {
     }
 }
 
-/// Pulls from one stream until it ends.
+/// Waits between reopenings of a stream that ended.
+const REOPEN_BACKOFF: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+/// Reopenings in a row without a message before the receiver gives up (and its supervisor
+/// restarts it, or escalates).
+const MAX_FRUITLESS_REOPENS: u32 = 8;
+
+/// Runs one stream, reopening it alone when it ends: the other streams go on untouched
+/// (cancelling them would strand their messages on the emulator, and costs real Pub/Sub a
+/// round of redeliveries). Returns when reopening stopped helping.
+async fn keep_stream_open<P: Projection>(
+    parts: Arc<ConsumerParts<P>>,
+    subscriber: Arc<Subscriber>,
+    router: Addr<ProjectorRouter<P>>,
+    stream: u32,
+) {
+    let mut fruitless = 0u32;
+    loop {
+        let received = run_stream(parts.clone(), subscriber.clone(), router.clone()).await;
+        fruitless = if received > 0 { 0 } else { fruitless + 1 };
+        if fruitless > MAX_FRUITLESS_REOPENS {
+            return;
+        }
+        let delay = REOPEN_BACKOFF.delay(fruitless);
+        tracing::warn!(subscription = %parts.spec.subscription, stream, received,
+            reopen_in_ms = delay.as_millis() as u64, "stream ended; reopening it");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Pulls from one stream until it ends; returns how many messages it received.
 async fn run_stream<P: Projection>(
     parts: Arc<ConsumerParts<P>>,
     subscriber: Arc<Subscriber>,
     router: Addr<ProjectorRouter<P>>,
-) {
+) -> u64 {
     let settings = &parts.settings;
     let mut stream = subscriber
         .subscribe(parts.pubsub.subscription_path(&parts.spec.subscription))
@@ -125,29 +160,31 @@ async fn run_stream<P: Projection>(
         crate::metrics::BACKPRESSURE_WAIT_SECONDS, "stage" => "receiver_flow_control");
     let router_wait =
         metrics::histogram!(crate::metrics::BACKPRESSURE_WAIT_SECONDS, "stage" => "router_mailbox");
+    let mut received = 0u64;
     loop {
         let waiting = Instant::now();
         let Ok(message_permit) = messages.clone().acquire_owned().await else {
-            return;
+            return received;
         };
         flow_control_wait.record(waiting.elapsed().as_secs_f64());
         let Some(item) = stream.next().await else {
-            return;
+            return received;
         };
         let (message, handler) = match item {
-            Ok(received) => received,
+            Ok(item) => item,
             Err(error) => {
                 tracing::warn!(subscription = %parts.spec.subscription, %error, "stream failed");
-                return;
+                return received;
             }
         };
+        received += 1;
         parts.stats.on_received();
         // A message bigger than the whole budget waits for everything else, then goes alone.
         let size = u32::try_from(message.data.len())
             .unwrap_or(u32::MAX)
             .clamp(1, max_bytes);
         let Ok(bytes_permit) = bytes.clone().acquire_many_owned(size).await else {
-            return;
+            return received;
         };
         let flow_permit = FlowPermit {
             message: message_permit,
