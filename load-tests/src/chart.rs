@@ -155,6 +155,41 @@ pub fn render(title: &str, panels: &[Panel], timeline: &[(f64, String)]) -> Stri
     svg
 }
 
+/// A horizontal bar per rate, for runs without time series (the focused benchmarks).
+pub fn render_bars(title: &str, unit: &str, bars: &[(String, f64)]) -> String {
+    const BAR: f64 = 22.0;
+    const LABEL: f64 = 330.0;
+    let height = TOP + bars.len() as f64 * (BAR + 8.0) + 30.0;
+    let max = nice_ceiling(bars.iter().map(|b| b.1).fold(0.0, f64::max));
+    let width = WIDTH - LABEL - RIGHT - 60.0;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
+         font-family=\"sans-serif\" font-size=\"11\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"10\" y=\"20\" font-size=\"14\">{} ({})</text>\n",
+        escape(title),
+        escape(unit)
+    );
+    for (i, (name, value)) in bars.iter().enumerate() {
+        let y = TOP + i as f64 * (BAR + 8.0);
+        let w = value / max * width;
+        svg += &format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n\
+             <rect x=\"{LABEL}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{BAR}\" fill=\"{}\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
+            LABEL - 6.0,
+            y + 15.0,
+            escape(name),
+            COLOURS[i % COLOURS.len()],
+            LABEL + w + 4.0,
+            y + 15.0,
+            format_value(*value)
+        );
+    }
+    svg += "</svg>\n";
+    svg
+}
+
 fn format_value(v: f64) -> String {
     if v >= 10_000.0 {
         format!("{:.0}k", v / 1_000.0)
@@ -168,6 +203,20 @@ fn format_value(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bar_chart_has_a_bar_per_rate_scaled_to_the_largest() {
+        let svg = render_bars(
+            "rates",
+            "events/s",
+            &[("a".into(), 500.0), ("b".into(), 1_000.0)],
+        );
+        assert_eq!(svg.matches("<rect x=").count(), 2);
+        // 1,000 is the axis ceiling: the second bar spans the whole plot width.
+        let full = WIDTH - 330.0 - RIGHT - 60.0;
+        assert!(svg.contains(&format!("width=\"{full:.1}\"")), "{svg}");
+        assert!(svg.contains(&format!("width=\"{:.1}\"", full / 2.0)), "{svg}");
+    }
 
     #[test]
     fn axis_ceilings_are_round_and_cover_the_maximum() {

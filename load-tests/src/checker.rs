@@ -71,10 +71,6 @@ impl Verdict {
             + self.missing_dead_letters
     }
 
-    pub fn is_clean(&self) -> bool {
-        self.violations() == 0
-    }
-
     fn rows(&self) -> Vec<(&'static str, String)> {
         vec![
             ("committed writes", self.committed.to_string()),
@@ -324,7 +320,7 @@ mod tests {
     #[test]
     fn a_run_that_kept_every_promise_has_no_violation() {
         let verdict = judge(&clean_facts());
-        assert!(verdict.is_clean(), "{verdict:?}");
+        assert_eq!(verdict.violations(), 0, "{verdict:?}");
         assert_eq!((verdict.committed, verdict.applied), (3, 3));
     }
 

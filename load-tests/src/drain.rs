@@ -228,7 +228,7 @@ async fn raw_publish(
 }
 
 /// The relay's rate: start it on the filled outbox and wait until every row is published.
-async fn relay_drain(
+pub(crate) async fn relay_drain(
     db: &TestDb,
     config: &courier::CourierConfig,
     total: u64,

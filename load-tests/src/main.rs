@@ -12,12 +12,14 @@
 //! - `drain`, `append`, `project`: focused benchmarks of one stage each.
 
 mod append;
+mod baseline;
 mod chaos;
 mod chart;
 mod checker;
 mod drain;
 mod drive;
 mod fixtures;
+mod http_path;
 mod latency;
 mod limits;
 mod own_stack;
@@ -26,6 +28,8 @@ mod processes;
 mod project;
 mod report;
 mod rig;
+mod scale;
+mod soak;
 mod throughput;
 mod worker;
 mod workload;
@@ -58,7 +62,9 @@ enum Command {
     #[command(after_help = "Example:\n  courier-load limits --seconds 5 --clients 1,4,16")]
     Limits(limits::LimitsArgs),
     /// End-to-end events/s at full speed, with the backlog over time, vs the ceilings.
-    #[command(after_help = "Example:\n  courier-load throughput --seconds 30 --writers 8")]
+    #[command(
+        after_help = "Examples:\n  courier-load throughput --seconds 30 --writers 8\n  courier-load throughput --via http --seconds 30"
+    )]
     Throughput(throughput::ThroughputArgs),
     /// Commit → projection percentiles at a fixed rate (open loop, no coordinated omission).
     #[command(after_help = "Example:\n  courier-load latency --seconds 30            # at 50 % of the measured max")]
@@ -69,6 +75,15 @@ enum Command {
         after_help = "Examples:\n  courier-load chaos --seconds 120 --rate 300\n  courier-load chaos --faults kill-relay,kill-consumer --seed 42"
     )]
     Chaos(chaos::ChaosArgs),
+    /// The seed's one-publish-at-a-time relay loop vs the framework's relay, same data.
+    #[command(after_help = "Example:\n  courier-load baseline --events 20000 --baseline-seconds 20")]
+    Baseline(baseline::BaselineArgs),
+    /// 1, 2, 3 relay processes on one outbox; shard takeover after a stop and a kill -9.
+    #[command(after_help = "Example:\n  courier-load scale --events 60000 --shards 12")]
+    Scale(scale::ScaleArgs),
+    /// A long run at 80 % of the measured maximum; RSS and CPU of every process over time.
+    #[command(after_help = "Example:\n  courier-load soak --minutes 10")]
+    Soak(soak::SoakArgs),
     /// Relay drain rate vs raw emulator publish and raw PostgreSQL claim-and-mark.
     #[command(after_help = "Example:\n  courier-load drain --events 200000 --keys 1000")]
     Drain(drain::DrainArgs),
@@ -92,6 +107,9 @@ impl Command {
             Command::Throughput(_) => "throughput",
             Command::Latency(_) => "latency",
             Command::Chaos(_) => "chaos",
+            Command::Baseline(_) => "baseline",
+            Command::Scale(_) => "scale",
+            Command::Soak(_) => "soak",
             Command::Drain(_) => "drain",
             Command::Append(_) => "append",
             Command::Project(_) => "project",
@@ -135,6 +153,9 @@ fn main() -> ExitCode {
             Command::Throughput(args) => throughput::run(args, &dir).await?,
             Command::Latency(args) => latency::run(args, &dir).await?,
             Command::Chaos(args) => chaos::run(args, &dir).await?,
+            Command::Baseline(args) => baseline::run(args).await?,
+            Command::Scale(args) => scale::run(args, &dir).await?,
+            Command::Soak(args) => soak::run(args, &dir).await?,
             Command::Drain(args) => drain::run(args).await?,
             Command::Append(args) => append::run(args).await?,
             Command::Project(args) => project::run(args).await?,

@@ -64,15 +64,6 @@ impl Pipeline {
         }
     }
 
-    /// Replaces the emulator's pid after the emulator was restarted.
-    pub fn set_emulator_pid(&mut self, pid: Option<u32>) {
-        self.others.retain(|(label, _)| label != "emulator");
-        if let Some(pid) = pid {
-            self.others.push(("emulator".into(), pid));
-        }
-        self.refresh_watched();
-    }
-
     /// Restarts workers that exited on their own; call periodically during a run.
     pub fn keep_workers_up(&mut self) -> anyhow::Result<()> {
         let before = self.workers.unexpected_exits.len();
@@ -97,14 +88,12 @@ impl Pipeline {
             poller,
             facts,
             unexpected_exits: std::mem::take(&mut self.workers.unexpected_exits),
-            rig: self.rig,
         })
     }
 }
 
 /// A stopped pipeline's record.
 pub struct Finished {
-    pub rig: Rig,
     pub samples: Vec<Sample>,
     pub poller: RegressionPoller,
     pub facts: Facts,

@@ -154,18 +154,26 @@ impl Workers {
         Ok(())
     }
 
-    /// SIGTERM to every worker, then SIGKILL to those still running after `grace`.
+    /// SIGTERM to one worker, then SIGKILL if it still runs after `grace`.
+    pub async fn stop(&mut self, index: usize, grace: Duration) {
+        if let Some(mut child) = self.workers[index].child.take() {
+            if let Some(pid) = child.id() {
+                signal(pid, "TERM").await;
+            }
+            if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+        }
+    }
+
+    /// SIGTERM to every worker at once, then SIGKILL to those still running after `grace`.
     pub async fn stop_all(&mut self, grace: Duration) {
         for (_, pid) in self.pids() {
             signal(pid, "TERM").await;
         }
-        for worker in &mut self.workers {
-            if let Some(mut child) = worker.child.take() {
-                if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
-                }
-            }
+        for index in 0..self.workers.len() {
+            self.stop(index, grace).await;
         }
     }
 }
@@ -211,23 +219,6 @@ pub fn parse_stat(stat: &str) -> Option<ProcessReading> {
 
 /// Clock ticks per second for `cpu_ticks` (Linux uses 100 on every common platform).
 pub const TICKS_PER_SECOND: f64 = 100.0;
-
-/// The pids of a process and all its descendants (the emulator's launcher script runs Java
-/// as a child).
-pub fn with_descendants(pid: u32) -> Vec<u32> {
-    let mut all = vec![pid];
-    let mut i = 0;
-    while i < all.len() {
-        let parent = all[i];
-        if let Ok(children) =
-            std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-        {
-            all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-        }
-        i += 1;
-    }
-    all
-}
 
 /// The first process whose command line contains every one of `needles` (the emulator's
 /// Java process, found by its port).

@@ -259,13 +259,16 @@ impl Report {
                 out += &format!("- {t:.1} s: {what}\n");
             }
         }
-        if !self.panels.is_empty() {
-            out += "\n![throughput, backlog and latency over time](chart.svg)\n";
-        }
+        out += if self.panels.is_empty() {
+            "\n![the rates](chart.svg)\n"
+        } else {
+            "\n![throughput, backlog and latency over time](chart.svg)\n"
+        };
         out
     }
 
-    /// Writes `report.json`, `summary.md` and, when there are time series, `chart.svg`.
+    /// Writes `report.json`, `summary.md` and `chart.svg` (the time series, or the rates as
+    /// bars when there are none).
     pub fn write_to(&self, dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
         let write = |name: &str, text: String| {
@@ -274,12 +277,17 @@ impl Report {
         };
         write("report.json", self.to_json())?;
         write("summary.md", self.to_markdown())?;
-        if !self.panels.is_empty() {
-            write(
-                "chart.svg",
-                crate::chart::render(&self.benchmark, &self.panels, &self.timeline),
-            )?;
-        }
+        let chart = if self.panels.is_empty() {
+            let bars: Vec<(String, f64)> = self
+                .rates
+                .iter()
+                .map(|r| (r.name.clone(), r.per_second))
+                .collect();
+            crate::chart::render_bars(&self.benchmark, "events/s", &bars)
+        } else {
+            crate::chart::render(&self.benchmark, &self.panels, &self.timeline)
+        };
+        write("chart.svg", chart)?;
         Ok(())
     }
 }

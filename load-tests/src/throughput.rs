@@ -14,10 +14,22 @@ use courier_testkit::{TestDb, TestPubSub};
 use std::path::Path;
 use std::time::Duration;
 
+/// What the writers write through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Via {
+    /// The framework's `Outbox` API in the harness's own transactions.
+    Outbox,
+    /// The services' HTTP APIs (catalog `POST /videos` → engagement's replica).
+    Http,
+}
+
 #[derive(clap::Args)]
 pub struct ThroughputArgs {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
+    /// Write through the outbox API or through the services' HTTP APIs.
+    #[arg(long, value_enum, default_value_t = Via::Outbox)]
+    pub via: Via,
     /// How long the writers write.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub seconds: u64,
@@ -54,6 +66,9 @@ pub async fn measure_ceilings(
 }
 
 pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
+    if args.via == Via::Http {
+        return crate::http_path::run(args).await;
+    }
     let pubsub = TestPubSub::get().await?;
     let p = &args.pipeline;
     let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;

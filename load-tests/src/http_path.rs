@@ -1,0 +1,132 @@
+//! `throughput --via http`: the same measurement through the services' HTTP APIs. Writers
+//! create videos with `POST /videos` on catalog (a video row and its `VideoCreated` event in
+//! one transaction); catalog's relay publishes them; engagement's consumer projects them into
+//! its `videos_replica`. End to end is first request → last video in the replica.
+
+use crate::drive::Origin;
+use crate::fixtures::poll_until_done;
+use crate::report::{Rate, Ratio, Report};
+use crate::throughput::{measure_ceilings, ThroughputArgs};
+use anyhow::Context as _;
+use courier::service::runtime::RunOptions;
+use courier::CourierConfig;
+use courier_demo::stack::{self, Stack};
+use courier_testkit::{test_config, TestDb, TestPubSub};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A service's config on the run's database: its own schema and role, an isolated Pub/Sub
+/// project (the services' topic names are fixed), an HTTP port of its own.
+fn service_config(
+    db: &TestDb,
+    pubsub: &TestPubSub,
+    project: &courier::config::PubSubConfig,
+    schema: &str,
+    streams: u32,
+) -> CourierConfig {
+    let mut config = test_config(db, pubsub);
+    config.database = db.service_database(schema);
+    config.database.pool_size = 16;
+    config.pubsub = project.clone();
+    config.http.listen = "127.0.0.1:0".into();
+    config.consumer.streams = streams;
+    config
+}
+
+pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
+    let pubsub = TestPubSub::get().await?;
+    let p = &args.pipeline;
+    let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
+    let db = TestDb::new().await?;
+    let project = pubsub.isolated_config();
+    let catalog = service_config(&db, &pubsub, &project, "catalog", p.streams);
+    let engagement = service_config(&db, &pubsub, &project, "engagement", p.streams);
+    stack::prepare(&catalog, &engagement).await?;
+    let services = Stack::start(&catalog, &engagement, RunOptions::default()).await?;
+    let url = format!("http://{}/videos", services.catalog.addr);
+
+    eprintln!("creating videos over HTTP for {} s with {} writers", args.seconds, p.writers);
+    let origin = Origin::now();
+    let created = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + Duration::from_secs(args.seconds);
+    let client = reqwest::Client::new();
+    let mut writers = Vec::new();
+    for _ in 0..p.writers {
+        let (client, url) = (client.clone(), url.clone());
+        let (created, refused) = (created.clone(), refused.clone());
+        writers.push(tokio::spawn(async move {
+            let uploader = uuid::Uuid::new_v4();
+            while Instant::now() < until {
+                let body = serde_json::json!({
+                    "uploader_id": uploader,
+                    "title": "load test video",
+                    "duration_secs": 60,
+                });
+                let answer = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                match answer {
+                    Ok(response) if response.status().as_u16() == 201 => {
+                        created.fetch_add(1, Ordering::Relaxed)
+                    }
+                    _ => refused.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.context("an HTTP writer panicked")?;
+    }
+    let write_seconds = origin.seconds();
+    let total = created.load(Ordering::Relaxed);
+    let admin = db.client().await?;
+    let admin = &admin;
+    let drained = poll_until_done(
+        origin.instant,
+        total,
+        "videos in engagement's replica",
+        Duration::from_secs(args.drain_timeout_secs),
+        Duration::from_millis(200),
+        || async move {
+            let n: i64 = admin
+                .query_one("SELECT count(*) FROM engagement.videos_replica", &[])
+                .await
+                .context("count the replica")?
+                .get(0);
+            Ok(u64::try_from(n).unwrap_or(0))
+        },
+    )
+    .await;
+    services.shutdown(Duration::from_secs(5)).await;
+    let end_to_end_seconds = drained?;
+    let writes = Rate::new("videos created (POST /videos, closed loop)", total, write_seconds);
+    let end_to_end = Rate::new(
+        "end to end (first request → last replica row)",
+        total,
+        end_to_end_seconds,
+    );
+    let ratio = Ratio::to_lowest(
+        "end to end / lower ceiling",
+        &end_to_end,
+        &[&ceilings.postgres, &ceilings.receive],
+        0.6,
+    );
+    Ok(Report {
+        benchmark: "throughput via HTTP: catalog POST /videos → relay → emulator → engagement's replica"
+            .into(),
+        parameters: vec![
+            ("seconds".into(), args.seconds.to_string()),
+            ("writers".into(), p.writers.to_string()),
+            ("streams".into(), p.streams.to_string()),
+            ("refused_or_failed_requests".into(), refused.load(Ordering::Relaxed).to_string()),
+        ],
+        rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
+        ratios: vec![ratio],
+        ..Default::default()
+    })
+}

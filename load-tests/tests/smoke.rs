@@ -1,0 +1,120 @@
+//! Short runs of the harness's pipeline commands (seconds, small numbers) so the harness
+//! cannot rot: each must finish, write its three report files, and its independent checker
+//! must find nothing wrong. The numbers themselves are not judged here (goals, not tests).
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn run(command: &str, args: &[&str]) -> (Value, PathBuf) {
+    let out = std::env::temp_dir().join(format!(
+        "courier-load-smoke-{command}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&out).expect("create the report directory");
+    // Output to a file, not a pipe: an emulator the run starts (and its watchdog) may keep
+    // inherited pipes open after the run ends, and reading a pipe to its end would wait on them.
+    let log_path = out.join("output.log");
+    let log = std::fs::File::create(&log_path).expect("create the output log");
+    let status = Command::new(env!("CARGO_BIN_EXE_courier-load"))
+        .arg(command)
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .stdout(log.try_clone().expect("log handle"))
+        .stderr(log)
+        .status()
+        .expect("run courier-load");
+    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "courier-load {command} failed ({status}):\n{output}"
+    );
+    for file in ["report.json", "summary.md", "chart.svg"] {
+        assert!(out.join(file).exists(), "{command}: no {file} in {}", out.display());
+    }
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("read report.json"),
+    )
+    .expect("report.json is JSON");
+    (report, out)
+}
+
+/// The checker's counts that must all be zero, and the events it saw.
+fn assert_clean(command: &str, report: &Value) -> u64 {
+    let verdict = &report["verdict"];
+    for key in [
+        "lost",
+        "double_effects",
+        "phantom_effects",
+        "projection_mismatches",
+        "regressions",
+        "outbox_pending",
+        "outbox_dead",
+        "unexpected_dead_letters",
+        "missing_dead_letters",
+    ] {
+        assert_eq!(verdict[key], 0, "{command}: {key} in {verdict}");
+    }
+    let committed = verdict["committed"].as_u64().expect("committed count");
+    assert!(committed > 0, "{command} wrote nothing: {verdict}");
+    assert_eq!(verdict["applied"], committed, "{command}: {verdict}");
+    committed
+}
+
+#[test]
+fn throughput_runs_end_to_end_and_reports_against_the_ceilings() {
+    let (report, out) = run(
+        "throughput",
+        &["--seconds", "3", "--probe-seconds", "1", "--writers", "2", "--keys", "50"],
+    );
+    assert_clean("throughput", &report);
+    let rates: Vec<&str> = report["rates"]
+        .as_array()
+        .expect("rates")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(rates.iter().any(|r| r.starts_with("PostgreSQL raw insert")), "{rates:?}");
+    assert!(rates.iter().any(|r| r.starts_with("emulator raw receive")), "{rates:?}");
+    assert!(rates.iter().any(|r| r.starts_with("end to end")), "{rates:?}");
+    let ratio = &report["ratios"][0];
+    assert!(ratio["value"].as_f64().expect("ratio") > 0.0, "{ratio}");
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn latency_runs_open_loop_and_reports_percentiles_beside_the_emulators() {
+    let (report, out) = run(
+        "latency",
+        &[
+            "--seconds", "3", "--rate", "100", "--probe-seconds", "1", "--writers", "2", "--keys",
+            "50",
+        ],
+    );
+    let committed = assert_clean("latency", &report);
+    let latency = &report["latency"];
+    assert_eq!(latency["count"].as_u64(), Some(committed), "{latency}");
+    let (p50, p99) = (latency["p50_ms"].as_f64().unwrap_or(0.0), latency["p99_ms"].as_f64().unwrap_or(0.0));
+    assert!(p50 > 0.0 && p99 >= p50, "{latency}");
+    assert!(report["reference_latencies"][0]["p99_ms"].as_f64().unwrap_or(0.0) > 0.0);
+    let _ = std::fs::remove_dir_all(out);
+}
+
+/// Relay kills, PostgreSQL restarts and emulator freezes. Consumer kills are left out here:
+/// on the emulator they can break the subscription for good (see README, load tests).
+#[test]
+fn chaos_under_faults_loses_nothing_and_applies_nothing_twice() {
+    let (report, out) = run(
+        "chaos",
+        &[
+            "--seconds", "20", "--rate", "50", "--writers", "2", "--keys", "30", "--min-gap-secs",
+            "3", "--max-gap-secs", "5", "--poison", "2", "--faults",
+            "kill-relay,restart-postgres,freeze-emulator", "--drain-timeout-secs", "240",
+        ],
+    );
+    assert_clean("chaos", &report);
+    let struck = report["timeline"].as_array().map_or(0, Vec::len);
+    assert!(struck >= 3, "too few faults struck: {}", report["timeline"]);
+    let _ = std::fs::remove_dir_all(out);
+}
