@@ -54,7 +54,8 @@ pub async fn run(args: BaselineArgs) -> anyhow::Result<Report> {
     config.database.pool_size = args.shards * 2 + 4;
     fill(&relay_db, &config, &events, "rows for the relay").await?;
     set_shards_idle(&relay_db, args.shards, true).await?;
-    let relay = crate::drain::relay_drain(&relay_db, &config, args.events, args.timeout_secs).await?;
+    let relay =
+        crate::drain::relay_drain(&relay_db, &config, args.events, args.timeout_secs).await?;
     let ratio = Ratio::to_lowest("relay / reference loop", &relay, &[&seed], 10.0);
     Ok(Report {
         benchmark: "baseline: the seed's reference relay loop vs the framework's relay".into(),

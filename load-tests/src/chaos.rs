@@ -76,7 +76,10 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
         args.min_gap_secs,
         args.max_gap_secs
     );
-    anyhow::ensure!(!args.faults.is_empty(), "--faults must name at least one fault");
+    anyhow::ensure!(
+        !args.faults.is_empty(),
+        "--faults must name at least one fault"
+    );
     let seed = args.seed.unwrap_or_else(|| rand::thread_rng().gen());
     let mut rng = StdRng::seed_from_u64(seed);
     eprintln!("starting a PostgreSQL cluster and an emulator of this run's own");
@@ -113,7 +116,12 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
     let write = write?;
     let Strikes { timeline, poison } = chaos?;
     let total = drive::committed_writes(&pipeline.rig).await?;
-    let converged = converge(&mut pipeline, total, Duration::from_secs(args.drain_timeout_secs)).await;
+    let converged = converge(
+        &mut pipeline,
+        total,
+        Duration::from_secs(args.drain_timeout_secs),
+    )
+    .await;
     let dead_letters = read_dead_letters(&pipeline.rig, poison.len()).await?;
     let mut timeline = timeline;
     let finished = pipeline.finish().await?;
@@ -169,8 +177,14 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
             ("writers".into(), args.pipeline.writers.to_string()),
             ("keys".into(), args.pipeline.keys.to_string()),
             ("poison".into(), args.poison.to_string()),
-            ("failed_write_attempts".into(), write.failed_attempts.to_string()),
-            ("worker_exits_restarted".into(), finished.unexpected_exits.len().to_string()),
+            (
+                "failed_write_attempts".into(),
+                write.failed_attempts.to_string(),
+            ),
+            (
+                "worker_exits_restarted".into(),
+                finished.unexpected_exits.len().to_string(),
+            ),
         ],
         rates: vec![Rate::new("committed writes", total, write.seconds)],
         goals,
@@ -180,7 +194,10 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
             .filter(|(t, _)| !t.is_finite())
             .map(|(_, note)| note.clone())
             .collect(),
-        timeline: timeline.into_iter().filter(|(t, _)| t.is_finite()).collect(),
+        timeline: timeline
+            .into_iter()
+            .filter(|(t, _)| t.is_finite())
+            .collect(),
         panels: drive::panels(&finished.samples),
         ..Default::default()
     })
@@ -207,7 +224,10 @@ async fn strike(
     let publisher = pipeline
         .rig
         .pubsub()
-        .publisher(&pipeline.rig.topic, courier::outbox::publisher::CLIENT_BATCH_DELAY)
+        .publisher(
+            &pipeline.rig.topic,
+            courier::outbox::publisher::CLIENT_BATCH_DELAY,
+        )
         .await?;
     loop {
         let gap = Duration::from_secs(rng.gen_range(args.min_gap_secs..=args.max_gap_secs));
@@ -232,7 +252,11 @@ async fn strike(
         let at = pipeline.origin.seconds();
         let what = match fault {
             Fault::KillRelay | Fault::KillConsumer => {
-                let role = if fault == Fault::KillRelay { Role::Relay } else { Role::Consumer };
+                let role = if fault == Fault::KillRelay {
+                    Role::Relay
+                } else {
+                    Role::Consumer
+                };
                 let candidates = pipeline.workers.indices(role);
                 let index = candidates[rng.gen_range(0..candidates.len())];
                 pipeline.workers.kill(index).await?;
@@ -240,7 +264,11 @@ async fn strike(
                 tokio::time::sleep(down).await;
                 pipeline.workers.restart(index)?;
                 pipeline.refresh_watched();
-                format!("kill -9 {}, restarted after {} ms", pipeline.workers.label(index), down.as_millis())
+                format!(
+                    "kill -9 {}, restarted after {} ms",
+                    pipeline.workers.label(index),
+                    down.as_millis()
+                )
             }
             Fault::RestartPostgres => {
                 let postgres = postgres.clone();
@@ -278,7 +306,7 @@ fn emulator_breakage(dir: &Path) -> usize {
 /// end on the dead-letter topic with their reason.
 fn poison_message(event_id: uuid::Uuid, n: usize) -> Message {
     let key = format!("poison-{n}");
-    let (data, schema_version) = if n % 2 == 0 {
+    let (data, schema_version) = if n.is_multiple_of(2) {
         (vec![0xffu8; 16], 1)
     } else {
         (Vec::new(), 99)
@@ -359,7 +387,11 @@ async fn read_dead_letters(rig: &Rig, expected: usize) -> anyhow::Result<Vec<Str
     tokio::spawn(async move {
         while let Some(Ok((message, handler))) = stream.next().await {
             handler.ack();
-            let id = message.attributes.get("event_id").cloned().unwrap_or_default();
+            let id = message
+                .attributes
+                .get("event_id")
+                .cloned()
+                .unwrap_or_default();
             if tx.send(id).await.is_err() {
                 break;
             }

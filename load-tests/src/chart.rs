@@ -68,7 +68,12 @@ pub fn nice_ceiling(max: f64) -> f64 {
 
 /// The whole chart as an SVG document.
 pub fn render(title: &str, panels: &[Panel], timeline: &[(f64, String)]) -> String {
-    let points = || panels.iter().flat_map(|p| &p.series).flat_map(|s| &s.points);
+    let points = || {
+        panels
+            .iter()
+            .flat_map(|p| &p.series)
+            .flat_map(|s| &s.points)
+    };
     let t_max = nice_ceiling(
         points()
             .map(|p| p.0)
@@ -215,7 +220,10 @@ mod tests {
         // 1,000 is the axis ceiling: the second bar spans the whole plot width.
         let full = WIDTH - 330.0 - RIGHT - 60.0;
         assert!(svg.contains(&format!("width=\"{full:.1}\"")), "{svg}");
-        assert!(svg.contains(&format!("width=\"{:.1}\"", full / 2.0)), "{svg}");
+        assert!(
+            svg.contains(&format!("width=\"{:.1}\"", full / 2.0)),
+            "{svg}"
+        );
     }
 
     #[test]
@@ -239,7 +247,11 @@ mod tests {
         let svg = render("t <&>", &panels, &[(1.5, "kill relay-1".into())]);
         assert!(svg.starts_with("<svg"));
         assert_eq!(svg.matches("<polyline").count(), 3);
-        assert_eq!(svg.matches("stroke-dasharray").count(), 2, "one marker per panel");
+        assert_eq!(
+            svg.matches("stroke-dasharray").count(),
+            2,
+            "one marker per panel"
+        );
         assert!(svg.contains("t &lt;&amp;&gt;"));
         assert!(svg.contains("kill relay-1"));
     }

@@ -77,21 +77,30 @@ impl Verdict {
             ("effects applied", self.applied.to_string()),
             ("lost (committed, never applied)", self.lost.to_string()),
             ("double effects", self.double_effects.to_string()),
-            ("phantom effects (never committed)", self.phantom_effects.to_string()),
-            ("projection rows ≠ source of truth", self.projection_mismatches.to_string()),
+            (
+                "phantom effects (never committed)",
+                self.phantom_effects.to_string(),
+            ),
+            (
+                "projection rows ≠ source of truth",
+                self.projection_mismatches.to_string(),
+            ),
             ("version regressions observed", self.regressions.to_string()),
             ("outbox rows not published", self.outbox_pending.to_string()),
             ("outbox rows dead", self.outbox_dead.to_string()),
-            ("dead letters not injected", self.unexpected_dead_letters.to_string()),
-            ("injected poison not dead-lettered", self.missing_dead_letters.to_string()),
+            (
+                "dead letters not injected",
+                self.unexpected_dead_letters.to_string(),
+            ),
+            (
+                "injected poison not dead-lettered",
+                self.missing_dead_letters.to_string(),
+            ),
         ]
     }
 
     pub fn to_text(&self) -> String {
-        let mut out = format!(
-            "  checker: {} violation(s)\n",
-            self.violations()
-        );
+        let mut out = format!("  checker: {} violation(s)\n", self.violations());
         for (name, value) in self.rows() {
             out += &format!("    {name:<40} {value:>10}\n");
         }
@@ -102,7 +111,10 @@ impl Verdict {
     }
 
     pub fn to_markdown(&self) -> String {
-        let mut out = format!("{} violation(s).\n\n| check | count |\n|---|---:|\n", self.violations());
+        let mut out = format!(
+            "{} violation(s).\n\n| check | count |\n|---|---:|\n",
+            self.violations()
+        );
         for (name, value) in self.rows() {
             out += &format!("| {name} | {value} |\n");
         }
@@ -143,12 +155,18 @@ pub fn judge(facts: &Facts) -> Verdict {
         match effects.remove(&(aggregate.as_str(), *version)) {
             None => {
                 verdict.lost += 1;
-                example("lost", format!("lost: {aggregate} v{version} was committed, never applied"));
+                example(
+                    "lost",
+                    format!("lost: {aggregate} v{version} was committed, never applied"),
+                );
             }
             Some(1) => {}
             Some(n) => {
                 verdict.double_effects += n - 1;
-                example("double", format!("double effect: {aggregate} v{version} applied {n} times"));
+                example(
+                    "double",
+                    format!("double effect: {aggregate} v{version} applied {n} times"),
+                );
             }
         }
         let latest = expected.entry(aggregate).or_insert((*version, value));
@@ -158,7 +176,10 @@ pub fn judge(facts: &Facts) -> Verdict {
     }
     for ((aggregate, version), n) in effects {
         verdict.phantom_effects += n;
-        example("phantom", format!("phantom: {aggregate} v{version} applied but never committed"));
+        example(
+            "phantom",
+            format!("phantom: {aggregate} v{version} applied but never committed"),
+        );
     }
 
     let mut projected: HashMap<&str, (i64, &str)> = facts
@@ -173,18 +194,27 @@ pub fn judge(facts: &Facts) -> Verdict {
                 verdict.projection_mismatches += 1;
                 example(
                     "mismatch",
-                    format!("projection: {aggregate} is v{} {:?}, the source says v{} {:?}", got.0, got.1, want.0, want.1),
+                    format!(
+                        "projection: {aggregate} is v{} {:?}, the source says v{} {:?}",
+                        got.0, got.1, want.0, want.1
+                    ),
                 );
             }
             None => {
                 verdict.projection_mismatches += 1;
-                example("mismatch", format!("projection: {aggregate} is missing (source at v{})", want.0));
+                example(
+                    "mismatch",
+                    format!("projection: {aggregate} is missing (source at v{})", want.0),
+                );
             }
         }
     }
     for (aggregate, got) in projected {
         verdict.projection_mismatches += 1;
-        example("mismatch", format!("projection: {aggregate} v{} has no committed write", got.0));
+        example(
+            "mismatch",
+            format!("projection: {aggregate} v{} has no committed write", got.0),
+        );
     }
     for regression in &facts.regressions {
         example(
@@ -200,11 +230,17 @@ pub fn judge(facts: &Facts) -> Verdict {
     let dead: BTreeSet<&str> = facts.dead_letters.iter().map(String::as_str).collect();
     for id in dead.difference(&injected) {
         verdict.unexpected_dead_letters += 1;
-        example("dlq", format!("dead letter {id} was not injected by the run"));
+        example(
+            "dlq",
+            format!("dead letter {id} was not injected by the run"),
+        );
     }
     for id in injected.difference(&dead) {
         verdict.missing_dead_letters += 1;
-        example("dlq", format!("poison {id} never reached the dead-letter topic"));
+        example(
+            "dlq",
+            format!("poison {id} never reached the dead-letter topic"),
+        );
     }
     let mut kinds: Vec<_> = examples.into_iter().collect();
     kinds.sort_by_key(|(kind, _)| *kind);
@@ -229,7 +265,10 @@ pub async fn read_facts(client: &tokio_postgres::Client) -> anyhow::Result<Facts
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let projection = client
-        .query("SELECT aggregate_id, version, value FROM load.projection", &[])
+        .query(
+            "SELECT aggregate_id, version, value FROM load.projection",
+            &[],
+        )
         .await
         .context("read the projection")?
         .iter()
@@ -331,7 +370,11 @@ mod tests {
         let verdict = judge(&facts);
         assert_eq!(verdict.lost, 1);
         assert_eq!(verdict.violations(), 1);
-        assert!(verdict.examples[0].contains("a v1"), "{:?}", verdict.examples);
+        assert!(
+            verdict.examples[0].contains("a v1"),
+            "{:?}",
+            verdict.examples
+        );
     }
 
     #[test]
@@ -347,7 +390,11 @@ mod tests {
     #[test]
     fn a_projection_behind_wrong_or_extra_is_a_mismatch() {
         let mut facts = clean_facts();
-        facts.projection = vec![write("a", 1), ("b".into(), 1, "other".into()), write("z", 1)];
+        facts.projection = vec![
+            write("a", 1),
+            ("b".into(), 1, "other".into()),
+            write("z", 1),
+        ];
         assert_eq!(judge(&facts).projection_mismatches, 3);
         facts.projection = vec![write("a", 2)];
         assert_eq!(judge(&facts).projection_mismatches, 1, "b missing");

@@ -172,12 +172,7 @@ pub async fn write_for(
 }
 
 /// A bounded multi-consumer channel of due instants (tokio's mpsc has one consumer).
-fn async_channel(
-    capacity: usize,
-) -> (
-    tokio::sync::mpsc::Sender<Instant>,
-    SharedReceiver,
-) {
+fn async_channel(capacity: usize) -> (tokio::sync::mpsc::Sender<Instant>, SharedReceiver) {
     let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
     (tx, SharedReceiver(Arc::new(tokio::sync::Mutex::new(rx))))
 }
@@ -299,11 +294,7 @@ async fn sample(
 }
 
 /// Waits until every committed write has been applied, failing after `timeout`.
-pub async fn wait_drained(
-    rig: &Rig,
-    committed: u64,
-    timeout: Duration,
-) -> anyhow::Result<f64> {
+pub async fn wait_drained(rig: &Rig, committed: u64, timeout: Duration) -> anyhow::Result<f64> {
     let started = Instant::now();
     crate::fixtures::poll_until_done(
         started,
@@ -316,7 +307,10 @@ pub async fn wait_drained(
                 return Ok(0);
             };
             let applied: i64 = conn
-                .query_one("SELECT count(DISTINCT (aggregate_id, version)) FROM load.applied", &[])
+                .query_one(
+                    "SELECT count(DISTINCT (aggregate_id, version)) FROM load.applied",
+                    &[],
+                )
                 .await
                 .map(|r| r.get(0))
                 .unwrap_or(0);
@@ -385,7 +379,10 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
             )
             .with(
                 "outbox unpublished",
-                samples.iter().map(|s| (s.t, s.outbox_pending as f64)).collect(),
+                samples
+                    .iter()
+                    .map(|s| (s.t, s.outbox_pending as f64))
+                    .collect(),
             ),
         Panel::new("commit → projection p99", "ms").with(
             "p99 per sample",
@@ -454,16 +451,32 @@ mod tests {
 
     #[test]
     fn rates_are_deltas_over_time_between_samples() {
-        let samples = [sample(0.0, 0, 0), sample(0.5, 500, 100), sample(1.5, 1_500, 1_100)];
-        assert_eq!(rates(&samples, |s| s.written), vec![(0.5, 1_000.0), (1.5, 1_000.0)]);
-        assert_eq!(rates(&samples, |s| s.applied), vec![(0.5, 200.0), (1.5, 1_000.0)]);
+        let samples = [
+            sample(0.0, 0, 0),
+            sample(0.5, 500, 100),
+            sample(1.5, 1_500, 1_100),
+        ];
+        assert_eq!(
+            rates(&samples, |s| s.written),
+            vec![(0.5, 1_000.0), (1.5, 1_000.0)]
+        );
+        assert_eq!(
+            rates(&samples, |s| s.applied),
+            vec![(0.5, 200.0), (1.5, 1_000.0)]
+        );
     }
 
     #[test]
     fn the_origin_maps_instants_to_wall_time() {
         let origin = Origin::now();
         let later = origin.instant + Duration::from_millis(1_500);
-        assert_eq!((origin.wall_at(later) - origin.wall).num_milliseconds(), 1_500);
-        assert_eq!(origin.wall_at(origin.instant - Duration::from_secs(1)), origin.wall);
+        assert_eq!(
+            (origin.wall_at(later) - origin.wall).num_milliseconds(),
+            1_500
+        );
+        assert_eq!(
+            origin.wall_at(origin.instant - Duration::from_secs(1)),
+            origin.wall
+        );
     }
 }

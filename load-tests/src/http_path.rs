@@ -46,7 +46,10 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
     let services = Stack::start(&catalog, &engagement, RunOptions::default()).await?;
     let url = format!("http://{}/videos", services.catalog.addr);
 
-    eprintln!("creating videos over HTTP for {} s with {} writers", args.seconds, p.writers);
+    eprintln!(
+        "creating videos over HTTP for {} s with {} writers",
+        args.seconds, p.writers
+    );
     let origin = Origin::now();
     let created = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
@@ -104,7 +107,11 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
     .await;
     services.shutdown(Duration::from_secs(5)).await;
     let end_to_end_seconds = drained?;
-    let writes = Rate::new("videos created (POST /videos, closed loop)", total, write_seconds);
+    let writes = Rate::new(
+        "videos created (POST /videos, closed loop)",
+        total,
+        write_seconds,
+    );
     let end_to_end = Rate::new(
         "end to end (first request → last replica row)",
         total,
@@ -117,13 +124,17 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
         0.6,
     );
     Ok(Report {
-        benchmark: "throughput via HTTP: catalog POST /videos → relay → emulator → engagement's replica"
-            .into(),
+        benchmark:
+            "throughput via HTTP: catalog POST /videos → relay → emulator → engagement's replica"
+                .into(),
         parameters: vec![
             ("seconds".into(), args.seconds.to_string()),
             ("writers".into(), p.writers.to_string()),
             ("streams".into(), p.streams.to_string()),
-            ("refused_or_failed_requests".into(), refused.load(Ordering::Relaxed).to_string()),
+            (
+                "refused_or_failed_requests".into(),
+                refused.load(Ordering::Relaxed).to_string(),
+            ),
         ],
         rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
         ratios: vec![ratio],

@@ -48,11 +48,11 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     let pubsub = TestPubSub::get().await?;
     let p = &args.pipeline;
     let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
-    let max = ceilings.postgres.per_second.min(ceilings.receive.per_second);
-    let rate = args
-        .rate
-        .map_or(args.load * max, |r| r as f64)
-        .max(1.0);
+    let max = ceilings
+        .postgres
+        .per_second
+        .min(ceilings.receive.per_second);
+    let rate = args.rate.map_or(args.load * max, |r| r as f64).max(1.0);
     let raw = limits::raw_latency(&pubsub, rate.round() as u64, args.probe_seconds).await?;
 
     let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
@@ -71,7 +71,12 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     )
     .await?;
     let total = drive::committed_writes(&pipeline.rig).await?;
-    drive::wait_drained(&pipeline.rig, total, Duration::from_secs(args.drain_timeout_secs)).await?;
+    drive::wait_drained(
+        &pipeline.rig,
+        total,
+        Duration::from_secs(args.drain_timeout_secs),
+    )
+    .await?;
     pipeline.keep_workers_up()?;
     let latency = drive::latency(
         &pipeline.rig,
@@ -98,7 +103,10 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
             ("writers".into(), p.writers.to_string()),
             ("keys".into(), p.keys.to_string()),
             ("streams".into(), p.streams.to_string()),
-            ("failed_write_attempts".into(), write.failed_attempts.to_string()),
+            (
+                "failed_write_attempts".into(),
+                write.failed_attempts.to_string(),
+            ),
         ],
         rates: vec![
             ceilings.postgres,

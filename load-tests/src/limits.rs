@@ -77,7 +77,10 @@ pub async fn pg_insert_rate(
     events_per_tx: u32,
     seconds: u64,
 ) -> anyhow::Result<Rate> {
-    let bar = progress(seconds, &format!("s: PostgreSQL {events_per_tx}-event tx, {clients} clients"));
+    let bar = progress(
+        seconds,
+        &format!("s: PostgreSQL {events_per_tx}-event tx, {clients} clients"),
+    );
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut writers = Vec::new();
@@ -91,7 +94,8 @@ pub async fn pg_insert_rate(
                 let tx = client.transaction().await?;
                 for _ in 0..events_per_tx {
                     let id = uuid::Uuid::now_v7();
-                    tx.execute(&insert, &[&id, &id.to_string(), &payload]).await?;
+                    tx.execute(&insert, &[&id, &id.to_string(), &payload])
+                        .await?;
                 }
                 tx.commit().await?;
                 committed += u64::from(events_per_tx);
@@ -204,7 +208,14 @@ pub async fn raw_receive_rate(
 ) -> anyhow::Result<Rate> {
     let topic = pubsub.topic("limits.receive").await?;
     let subscription = unordered_or_ordered(pubsub, &topic, true).await?;
-    publish_messages(pubsub, &topic, count, Some(keys), "published (receive backlog)").await?;
+    publish_messages(
+        pubsub,
+        &topic,
+        count,
+        Some(keys),
+        "published (receive backlog)",
+    )
+    .await?;
     raw_receive(pubsub, &subscription, streams, count, 600).await
 }
 

@@ -67,7 +67,9 @@ enum Command {
     )]
     Throughput(throughput::ThroughputArgs),
     /// Commit → projection percentiles at a fixed rate (open loop, no coordinated omission).
-    #[command(after_help = "Example:\n  courier-load latency --seconds 30            # at 50 % of the measured max")]
+    #[command(
+        after_help = "Example:\n  courier-load latency --seconds 30            # at 50 % of the measured max"
+    )]
     Latency(latency::LatencyArgs),
     /// Kill -9 relays and the consumer, restart PostgreSQL, freeze the emulator under load;
     /// then check every event was applied exactly once. Exits 2 on any violation.
@@ -76,7 +78,9 @@ enum Command {
     )]
     Chaos(chaos::ChaosArgs),
     /// The seed's one-publish-at-a-time relay loop vs the framework's relay, same data.
-    #[command(after_help = "Example:\n  courier-load baseline --events 20000 --baseline-seconds 20")]
+    #[command(
+        after_help = "Example:\n  courier-load baseline --events 20000 --baseline-seconds 20"
+    )]
     Baseline(baseline::BaselineArgs),
     /// 1, 2, 3 relay processes on one outbox; shard takeover after a stop and a kill -9.
     #[command(after_help = "Example:\n  courier-load scale --events 60000 --shards 12")]

@@ -23,7 +23,9 @@ fn postgres_bin() -> anyhow::Result<PathBuf> {
         return Ok(dir.into());
     }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .context("PostgreSQL's server binaries are not under /usr/lib/postgresql; set COURIER_PG_BIN")?
+        .context(
+            "PostgreSQL's server binaries are not under /usr/lib/postgresql; set COURIER_PG_BIN",
+        )?
         .filter_map(|e| {
             let e = e.ok()?;
             let version = e.file_name().to_str()?.parse().ok()?;
@@ -54,7 +56,10 @@ impl OwnPostgres {
         std::fs::create_dir_all(&data).with_context(|| format!("create {}", data.display()))?;
         let as_postgres = running_as_root();
         if as_postgres {
-            run(Command::new("chown").arg("postgres:postgres").arg(&data), "chown the data directory")?;
+            run(
+                Command::new("chown").arg("postgres:postgres").arg(&data),
+                "chown the data directory",
+            )?;
         }
         let cluster = Self {
             bin,
@@ -64,16 +69,33 @@ impl OwnPostgres {
         };
         cluster.pg(
             "initdb",
-            &["-D", &cluster.data_str(), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+            &[
+                "-D",
+                &cluster.data_str(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
             "initdb",
         )?;
         cluster.pg_ctl(&["start", "-w", "-t", "60"])?;
         // Stops the cluster and removes its files if this process dies without dropping it.
         let pg_ctl = cluster.bin.join("pg_ctl");
         let stop = if cluster.as_postgres {
-            format!("runuser -u postgres -- {} -D {} stop -m immediate", pg_ctl.display(), cluster.data_str())
+            format!(
+                "runuser -u postgres -- {} -D {} stop -m immediate",
+                pg_ctl.display(),
+                cluster.data_str()
+            )
         } else {
-            format!("{} -D {} stop -m immediate", pg_ctl.display(), cluster.data_str())
+            format!(
+                "{} -D {} stop -m immediate",
+                pg_ctl.display(),
+                cluster.data_str()
+            )
         };
         watchdog(&format!("{stop}; rm -rf {}", cluster.data_str()))?;
         Ok(cluster)
@@ -175,7 +197,8 @@ impl OwnEmulator {
     pub async fn start(log: &std::path::Path) -> anyhow::Result<Self> {
         let launcher = courier_testkit::emulator_launcher()?;
         let port = courier_testkit::free_port()?;
-        let log_file = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
+        let log_file =
+            std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
         // `setsid` makes the launcher the leader of a new group whose id is its pid; Java
         // runs inside that group.
         let child = Command::new("setsid")
@@ -192,7 +215,10 @@ impl OwnEmulator {
             host: format!("127.0.0.1:{port}"),
             group: child.id(),
         };
-        watchdog(&format!("kill -CONT -- -{0}; kill -KILL -- -{0}", emulator.group))?;
+        watchdog(&format!(
+            "kill -CONT -- -{0}; kill -KILL -- -{0}",
+            emulator.group
+        ))?;
         courier_testkit::wait_ready(&emulator.host)
             .await
             .with_context(|| format!("emulator log: {}", log.display()))?;

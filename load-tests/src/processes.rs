@@ -80,7 +80,11 @@ impl Workers {
             .open(&log_path)
             .with_context(|| format!("open {}", log_path.display()))?;
         let mut command = Command::new(&self.exe);
-        command.arg("worker").arg(role.name()).arg("--config").arg(&self.config);
+        command
+            .arg("worker")
+            .arg(role.name())
+            .arg("--config")
+            .arg(&self.config);
         if role == Role::Consumer {
             command
                 .arg("--subscription")

@@ -116,7 +116,8 @@ pub async fn run(args: ProjectArgs) -> anyhow::Result<Report> {
 
     let streams = config.consumer.streams;
     let raw_rate =
-        crate::limits::raw_receive(&pubsub, &raw.name, streams, args.events, args.timeout_secs).await?;
+        crate::limits::raw_receive(&pubsub, &raw.name, streams, args.events, args.timeout_secs)
+            .await?;
 
     let dead_letter_topic = projected
         .dead_letter

@@ -232,7 +232,11 @@ impl Report {
                 out += &format!("| {} | {} | {} | {met} |\n", g.name, g.value, g.goal);
             }
         }
-        let latencies: Vec<&Latency> = self.latency.iter().chain(&self.reference_latencies).collect();
+        let latencies: Vec<&Latency> = self
+            .latency
+            .iter()
+            .chain(&self.reference_latencies)
+            .collect();
         if !latencies.is_empty() {
             out += "\n| latency | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | samples |\n\
                     |---|---:|---:|---:|---:|---:|---:|\n";

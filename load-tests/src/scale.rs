@@ -49,7 +49,13 @@ pub async fn run(args: ScaleArgs, dir: &Path) -> anyhow::Result<Report> {
         std::fs::create_dir_all(&run_dir)?;
         let rig = Rig::create(&run_dir, None, &pubsub.host, &pipeline, 30).await?;
         let batch = events(&rig.topic, args.events, args.keys);
-        fill(&rig.db, &rig.config, &batch, &format!("rows for {relays} relay(s)")).await?;
+        fill(
+            &rig.db,
+            &rig.config,
+            &batch,
+            &format!("rows for {relays} relay(s)"),
+        )
+        .await?;
         set_shards_idle(&rig.db, args.shards, true).await?;
         let mut workers = Workers::new(&rig, &run_dir)?;
         let started = Instant::now();
@@ -116,7 +122,12 @@ pub async fn run(args: ScaleArgs, dir: &Path) -> anyhow::Result<Report> {
     })
 }
 
-async fn wait_published(rig: &Rig, total: u64, started: Instant, timeout_secs: u64) -> anyhow::Result<f64> {
+async fn wait_published(
+    rig: &Rig,
+    total: u64,
+    started: Instant,
+    timeout_secs: u64,
+) -> anyhow::Result<f64> {
     let client = rig.client().await?;
     let client = &client;
     poll_until_done(
@@ -127,7 +138,10 @@ async fn wait_published(rig: &Rig, total: u64, started: Instant, timeout_secs: u
         Duration::from_millis(200),
         || async move {
             let pending: i64 = client
-                .query_one("SELECT count(*) FROM courier.outbox WHERE published_at IS NULL", &[])
+                .query_one(
+                    "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
+                    &[],
+                )
                 .await
                 .context("count unpublished rows")?
                 .get(0);

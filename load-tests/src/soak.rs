@@ -41,8 +41,14 @@ const MEMORY_DRIFT_LIMIT: f64 = 0.10;
 
 pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     anyhow::ensure!(args.minutes > 0.0, "--minutes must be positive");
-    anyhow::ensure!(args.load > 0.0 && args.load <= 1.0, "--load must be in (0, 1]");
-    anyhow::ensure!((0.0..0.9).contains(&args.warm_up), "--warm-up must be in [0, 0.9)");
+    anyhow::ensure!(
+        args.load > 0.0 && args.load <= 1.0,
+        "--load must be in (0, 1]"
+    );
+    anyhow::ensure!(
+        (0.0..0.9).contains(&args.warm_up),
+        "--warm-up must be in [0, 0.9)"
+    );
     let pubsub = TestPubSub::get().await?;
     let p = &args.pipeline;
     let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
@@ -58,11 +64,25 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     let rate = match args.rate {
         Some(rate) => rate as f64,
         None => {
-            eprintln!("measuring the end-to-end maximum for {} s", args.probe_seconds);
+            eprintln!(
+                "measuring the end-to-end maximum for {} s",
+                args.probe_seconds
+            );
             let probe_started = pipeline.origin.seconds();
-            drive::write_for(&config, &topic, pipeline.origin, load(Pace::ClosedLoop, args.probe_seconds as f64)).await?;
+            drive::write_for(
+                &config,
+                &topic,
+                pipeline.origin,
+                load(Pace::ClosedLoop, args.probe_seconds as f64),
+            )
+            .await?;
             let probed = drive::committed_writes(&pipeline.rig).await?;
-            drive::wait_drained(&pipeline.rig, probed, Duration::from_secs(args.drain_timeout_secs)).await?;
+            drive::wait_drained(
+                &pipeline.rig,
+                probed,
+                Duration::from_secs(args.drain_timeout_secs),
+            )
+            .await?;
             args.load * probed as f64 / (pipeline.origin.seconds() - probe_started)
         }
     };
@@ -77,7 +97,12 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     .await?;
     let soak_to = pipeline.origin.seconds();
     let total = drive::committed_writes(&pipeline.rig).await?;
-    drive::wait_drained(&pipeline.rig, total, Duration::from_secs(args.drain_timeout_secs)).await?;
+    drive::wait_drained(
+        &pipeline.rig,
+        total,
+        Duration::from_secs(args.drain_timeout_secs),
+    )
+    .await?;
     pipeline.keep_workers_up()?;
     let latency = drive::latency(&pipeline.rig, "commit → projection (whole run)").await?;
     let finished = pipeline.finish().await?;
@@ -89,7 +114,12 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     let mut notes = Vec::new();
     for (label, drift, first, last) in memory_drift(&finished.samples, from, soak_to) {
         let framework = label.starts_with("relay") || label.starts_with("consumer");
-        let line = format!("{label}: RSS {:.0} → {:.0} MiB ({:+.1} %)", first / 1_048_576.0, last / 1_048_576.0, drift * 100.0);
+        let line = format!(
+            "{label}: RSS {:.0} → {:.0} MiB ({:+.1} %)",
+            first / 1_048_576.0,
+            last / 1_048_576.0,
+            drift * 100.0
+        );
         if framework {
             goals.push(Goal {
                 name: format!("{label} memory drift"),
@@ -109,9 +139,16 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
             ("writers".into(), p.writers.to_string()),
             ("keys".into(), p.keys.to_string()),
             ("warm_up_share".into(), args.warm_up.to_string()),
-            ("worker_exits".into(), finished.unexpected_exits.len().to_string()),
+            (
+                "worker_exits".into(),
+                finished.unexpected_exits.len().to_string(),
+            ),
         ],
-        rates: vec![Rate::new("committed writes (soak)", write.committed, write.seconds)],
+        rates: vec![Rate::new(
+            "committed writes (soak)",
+            write.committed,
+            write.seconds,
+        )],
         goals,
         notes,
         latency: Some(latency),
@@ -125,7 +162,10 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
 /// the first and last tenth of `[from, to]` and `drift = last / first − 1`.
 pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64, f64, f64)> {
     let tenth = (to - from) / 10.0;
-    let mut labels: Vec<&String> = samples.iter().flat_map(|s| s.processes.iter().map(|(l, _)| l)).collect();
+    let mut labels: Vec<&String> = samples
+        .iter()
+        .flat_map(|s| s.processes.iter().map(|(l, _)| l))
+        .collect();
     labels.sort();
     labels.dedup();
     labels
@@ -172,8 +212,11 @@ mod tests {
     #[test]
     fn drift_compares_the_first_and_last_tenth_after_warm_up() {
         // Warm-up (t < 10) grows from 10 to 100 MiB; then 100 MiB flat, 110 at the very end.
-        let mut samples: Vec<Sample> = (0..10u32).map(|t| sample(f64::from(t), 10 + 10 * u64::from(t))).collect();
-        samples.extend((10..=100u32).map(|t| sample(f64::from(t), if t >= 91 { 110 } else { 100 })));
+        let mut samples: Vec<Sample> = (0..10u32)
+            .map(|t| sample(f64::from(t), 10 + 10 * u64::from(t)))
+            .collect();
+        samples
+            .extend((10..=100u32).map(|t| sample(f64::from(t), if t >= 91 { 110 } else { 100 })));
         let drift = memory_drift(&samples, 10.0, 100.0);
         assert_eq!(drift.len(), 1);
         let (label, d, first, last) = &drift[0];

@@ -89,17 +89,34 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
     )
     .await?;
     let total = drive::committed_writes(&pipeline.rig).await?;
-    drive::wait_drained(&pipeline.rig, total, Duration::from_secs(args.drain_timeout_secs)).await?;
+    drive::wait_drained(
+        &pipeline.rig,
+        total,
+        Duration::from_secs(args.drain_timeout_secs),
+    )
+    .await?;
     let end_to_end_seconds = pipeline.origin.seconds();
     pipeline.keep_workers_up()?;
-    let latency = drive::latency(&pipeline.rig, "commit → projection (closed loop, queueing included)").await?;
+    let latency = drive::latency(
+        &pipeline.rig,
+        "commit → projection (closed loop, queueing included)",
+    )
+    .await?;
     let finished = pipeline.finish().await?;
     let mut facts = finished.facts;
     facts.regressions = finished.poller.regressions.clone();
     let verdict = judge(&facts);
 
-    let writes = Rate::new("committed writes (outbox API, closed loop)", total, write.seconds);
-    let end_to_end = Rate::new("end to end (first commit → last projection)", total, end_to_end_seconds);
+    let writes = Rate::new(
+        "committed writes (outbox API, closed loop)",
+        total,
+        write.seconds,
+    );
+    let end_to_end = Rate::new(
+        "end to end (first commit → last projection)",
+        total,
+        end_to_end_seconds,
+    );
     let ratio = Ratio::to_lowest(
         "end to end / lower ceiling",
         &end_to_end,
@@ -114,8 +131,14 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
             ("keys".into(), p.keys.to_string()),
             ("shards".into(), p.shards.to_string()),
             ("streams".into(), p.streams.to_string()),
-            ("failed_write_attempts".into(), write.failed_attempts.to_string()),
-            ("worker_exits".into(), finished.unexpected_exits.len().to_string()),
+            (
+                "failed_write_attempts".into(),
+                write.failed_attempts.to_string(),
+            ),
+            (
+                "worker_exits".into(),
+                finished.unexpected_exits.len().to_string(),
+            ),
         ],
         rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
         ratios: vec![ratio],

@@ -31,7 +31,11 @@ fn run(command: &str, args: &[&str]) -> (Value, PathBuf) {
         "courier-load {command} failed ({status}):\n{output}"
     );
     for file in ["report.json", "summary.md", "chart.svg"] {
-        assert!(out.join(file).exists(), "{command}: no {file} in {}", out.display());
+        assert!(
+            out.join(file).exists(),
+            "{command}: no {file} in {}",
+            out.display()
+        );
     }
     let report: Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("report.json")).expect("read report.json"),
@@ -66,7 +70,16 @@ fn assert_clean(command: &str, report: &Value) -> u64 {
 fn throughput_runs_end_to_end_and_reports_against_the_ceilings() {
     let (report, out) = run(
         "throughput",
-        &["--seconds", "3", "--probe-seconds", "1", "--writers", "2", "--keys", "50"],
+        &[
+            "--seconds",
+            "3",
+            "--probe-seconds",
+            "1",
+            "--writers",
+            "2",
+            "--keys",
+            "50",
+        ],
     );
     assert_clean("throughput", &report);
     let rates: Vec<&str> = report["rates"]
@@ -75,11 +88,58 @@ fn throughput_runs_end_to_end_and_reports_against_the_ceilings() {
         .iter()
         .filter_map(|r| r["name"].as_str())
         .collect();
-    assert!(rates.iter().any(|r| r.starts_with("PostgreSQL raw insert")), "{rates:?}");
-    assert!(rates.iter().any(|r| r.starts_with("emulator raw receive")), "{rates:?}");
-    assert!(rates.iter().any(|r| r.starts_with("end to end")), "{rates:?}");
+    assert!(
+        rates.iter().any(|r| r.starts_with("PostgreSQL raw insert")),
+        "{rates:?}"
+    );
+    assert!(
+        rates.iter().any(|r| r.starts_with("emulator raw receive")),
+        "{rates:?}"
+    );
+    assert!(
+        rates.iter().any(|r| r.starts_with("end to end")),
+        "{rates:?}"
+    );
     let ratio = &report["ratios"][0];
     assert!(ratio["value"].as_f64().expect("ratio") > 0.0, "{ratio}");
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn throughput_via_the_services_http_apis_reaches_the_other_services_replica() {
+    let (report, out) = run(
+        "throughput",
+        &[
+            "--via",
+            "http",
+            "--seconds",
+            "2",
+            "--probe-seconds",
+            "1",
+            "--writers",
+            "2",
+        ],
+    );
+    let end_to_end = report["rates"]
+        .as_array()
+        .expect("rates")
+        .iter()
+        .find(|r| {
+            r["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("end to end"))
+        })
+        .cloned()
+        .expect("an end-to-end rate");
+    assert!(
+        end_to_end["events"].as_u64().unwrap_or(0) > 0,
+        "{end_to_end}"
+    );
+    assert_eq!(
+        report["parameters"][3][1], "0",
+        "refused requests: {}",
+        report["parameters"]
+    );
     let _ = std::fs::remove_dir_all(out);
 }
 
@@ -88,16 +148,32 @@ fn latency_runs_open_loop_and_reports_percentiles_beside_the_emulators() {
     let (report, out) = run(
         "latency",
         &[
-            "--seconds", "3", "--rate", "100", "--probe-seconds", "1", "--writers", "2", "--keys",
+            "--seconds",
+            "3",
+            "--rate",
+            "100",
+            "--probe-seconds",
+            "1",
+            "--writers",
+            "2",
+            "--keys",
             "50",
         ],
     );
     let committed = assert_clean("latency", &report);
     let latency = &report["latency"];
     assert_eq!(latency["count"].as_u64(), Some(committed), "{latency}");
-    let (p50, p99) = (latency["p50_ms"].as_f64().unwrap_or(0.0), latency["p99_ms"].as_f64().unwrap_or(0.0));
+    let (p50, p99) = (
+        latency["p50_ms"].as_f64().unwrap_or(0.0),
+        latency["p99_ms"].as_f64().unwrap_or(0.0),
+    );
     assert!(p50 > 0.0 && p99 >= p50, "{latency}");
-    assert!(report["reference_latencies"][0]["p99_ms"].as_f64().unwrap_or(0.0) > 0.0);
+    assert!(
+        report["reference_latencies"][0]["p99_ms"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0
+    );
     let _ = std::fs::remove_dir_all(out);
 }
 
@@ -108,9 +184,24 @@ fn chaos_under_faults_loses_nothing_and_applies_nothing_twice() {
     let (report, out) = run(
         "chaos",
         &[
-            "--seconds", "20", "--rate", "50", "--writers", "2", "--keys", "30", "--min-gap-secs",
-            "3", "--max-gap-secs", "5", "--poison", "2", "--faults",
-            "kill-relay,restart-postgres,freeze-emulator", "--drain-timeout-secs", "240",
+            "--seconds",
+            "20",
+            "--rate",
+            "50",
+            "--writers",
+            "2",
+            "--keys",
+            "30",
+            "--min-gap-secs",
+            "3",
+            "--max-gap-secs",
+            "5",
+            "--poison",
+            "2",
+            "--faults",
+            "kill-relay,restart-postgres,freeze-emulator",
+            "--drain-timeout-secs",
+            "240",
         ],
     );
     assert_clean("chaos", &report);
