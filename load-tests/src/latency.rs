@@ -4,7 +4,6 @@
 //! p50/p90/p99/p99.9/max commit → projection beside the emulator's own publish → receive
 //! latency at the same rate.
 
-use crate::checker::judge;
 use crate::drive::{self, Load, Pace};
 use crate::limits;
 use crate::pipeline::Pipeline;
@@ -58,34 +57,21 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
     let mut pipeline = Pipeline::start(rig, dir, 1, Duration::from_millis(500)).await?;
     eprintln!("writing {rate:.0}/s for {} s (open loop)", args.seconds);
-    let write = drive::write_for(
-        &pipeline.rig.config,
-        &pipeline.rig.topic,
-        pipeline.origin,
-        Load {
-            writers: p.writers,
-            keys: p.keys,
-            pace: Pace::OpenLoop { per_second: rate },
-            duration: Duration::from_secs(args.seconds),
-        },
-    )
-    .await?;
-    let total = drive::committed_writes(&pipeline.rig).await?;
-    drive::wait_drained(
-        &pipeline.rig,
-        total,
-        Duration::from_secs(args.drain_timeout_secs),
-    )
-    .await?;
-    pipeline.keep_workers_up()?;
-    let latency = drive::latency(
-        &pipeline.rig,
-        &format!("commit → projection at {rate:.0}/s (open loop)"),
-    )
-    .await?;
-    let finished = pipeline.finish().await?;
-    let mut facts = finished.facts;
-    facts.regressions = finished.poller.regressions.clone();
+    let (write, total) = pipeline
+        .write_and_drain(
+            Load {
+                writers: p.writers,
+                keys: p.keys,
+                pace: Pace::OpenLoop { per_second: rate },
+                duration: Duration::from_secs(args.seconds),
+            },
+            Duration::from_secs(args.drain_timeout_secs),
+        )
+        .await?;
+    let run = pipeline
+        .conclude(&format!("commit → projection at {rate:.0}/s (open loop)"))
+        .await?;
+    let latency = run.latency;
 
     let above = latency.p99_ms - raw.p99_ms;
     let goal = Goal {
@@ -116,8 +102,8 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
         goals: vec![goal],
         latency: Some(latency),
         reference_latencies: vec![raw],
-        verdict: Some(judge(&facts)),
-        panels: drive::panels(&finished.samples),
+        verdict: Some(run.verdict),
+        panels: drive::panels(&run.samples),
         ..Default::default()
     })
 }

@@ -1,9 +1,10 @@
 //! A running pipeline under test: the rig, its relay and consumer processes, and the sampler
 //! watching them; what every pipeline command (throughput, latency, soak, chaos) starts with.
 
-use crate::checker::{read_facts, Facts, RegressionPoller};
-use crate::drive::{Origin, Sample, Sampler, Watched};
+use crate::checker::{judge, read_facts, Facts, RegressionPoller, Verdict};
+use crate::drive::{self, Load, Origin, Sample, Sampler, Watched, WriteOutcome};
 use crate::processes::{find_process, Role, Workers};
+use crate::report::Latency;
 use crate::rig::Rig;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,6 +75,33 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Runs `load`, then waits (up to `drain_timeout`) until every write it committed is
+    /// projected; returns what the writers did and how many writes committed in all.
+    pub async fn write_and_drain(
+        &mut self,
+        load: Load,
+        drain_timeout: Duration,
+    ) -> anyhow::Result<(WriteOutcome, u64)> {
+        let write = drive::write_for(&self.rig.config, &self.rig.topic, self.origin, load).await?;
+        let total = drive::committed_writes(&self.rig).await?;
+        drive::wait_drained(&self.rig, total, drain_timeout).await?;
+        self.keep_workers_up()?;
+        Ok((write, total))
+    }
+
+    /// Reads every effect's commit → projection latency, stops, and judges the run.
+    pub async fn conclude(self, latency_name: &str) -> anyhow::Result<Concluded> {
+        let latency = drive::latency(&self.rig, latency_name).await?;
+        let mut finished = self.finish().await?;
+        finished.facts.regressions = std::mem::take(&mut finished.poller.regressions);
+        Ok(Concluded {
+            latency,
+            verdict: judge(&finished.facts),
+            samples: finished.samples,
+            unexpected_exits: finished.unexpected_exits,
+        })
+    }
+
     /// Stops the sampler and the workers; returns the samples, the regression poller, and the
     /// checker's facts read from the database.
     pub async fn finish(mut self) -> anyhow::Result<Finished> {
@@ -97,5 +125,13 @@ pub struct Finished {
     pub samples: Vec<Sample>,
     pub poller: RegressionPoller,
     pub facts: Facts,
+    pub unexpected_exits: Vec<String>,
+}
+
+/// A judged run: what the throughput, latency and soak reports are made of.
+pub struct Concluded {
+    pub latency: Latency,
+    pub verdict: Verdict,
+    pub samples: Vec<Sample>,
     pub unexpected_exits: Vec<String>,
 }

@@ -3,7 +3,6 @@
 //! consumer, emulator, this harness). The framework's processes must keep their memory flat:
 //! the mean RSS of the run's last tenth within ±10 % of its first tenth after warm-up.
 
-use crate::checker::judge;
 use crate::drive::{self, Load, Pace, Sample};
 use crate::pipeline::Pipeline;
 use crate::report::{Goal, Rate, Report};
@@ -59,8 +58,7 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
         pace,
         duration: Duration::from_secs_f64(seconds),
     };
-    let (config, topic) = (pipeline.rig.config.clone(), pipeline.rig.topic.clone());
-
+    let drain_timeout = Duration::from_secs(args.drain_timeout_secs);
     let rate = match args.rate {
         Some(rate) => rate as f64,
         None => {
@@ -68,51 +66,23 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
                 "measuring the end-to-end maximum for {} s",
                 args.probe_seconds
             );
-            let probe_started = pipeline.origin.seconds();
-            drive::write_for(
-                &config,
-                &topic,
-                pipeline.origin,
-                load(Pace::ClosedLoop, args.probe_seconds as f64),
-            )
-            .await?;
-            let probed = drive::committed_writes(&pipeline.rig).await?;
-            drive::wait_drained(
-                &pipeline.rig,
-                probed,
-                Duration::from_secs(args.drain_timeout_secs),
-            )
-            .await?;
-            args.load * probed as f64 / (pipeline.origin.seconds() - probe_started)
+            let started = pipeline.origin.seconds();
+            let probe = load(Pace::ClosedLoop, args.probe_seconds as f64);
+            let (_, probed) = pipeline.write_and_drain(probe, drain_timeout).await?;
+            args.load * probed as f64 / (pipeline.origin.seconds() - started)
         }
     };
     let soak_from = pipeline.origin.seconds();
     eprintln!("soaking at {rate:.0}/s for {} min", args.minutes);
-    let write = drive::write_for(
-        &config,
-        &topic,
-        pipeline.origin,
-        load(Pace::OpenLoop { per_second: rate }, args.minutes * 60.0),
-    )
-    .await?;
-    let soak_to = pipeline.origin.seconds();
-    let total = drive::committed_writes(&pipeline.rig).await?;
-    drive::wait_drained(
-        &pipeline.rig,
-        total,
-        Duration::from_secs(args.drain_timeout_secs),
-    )
-    .await?;
-    pipeline.keep_workers_up()?;
-    let latency = drive::latency(&pipeline.rig, "commit → projection (whole run)").await?;
-    let finished = pipeline.finish().await?;
-    let mut facts = finished.facts;
-    facts.regressions = finished.poller.regressions.clone();
+    let soak = load(Pace::OpenLoop { per_second: rate }, args.minutes * 60.0);
+    let soak_to = soak_from + soak.duration.as_secs_f64();
+    let (write, _) = pipeline.write_and_drain(soak, drain_timeout).await?;
+    let run = pipeline.conclude("commit → projection (whole run)").await?;
 
     let from = soak_from + args.warm_up * (soak_to - soak_from);
     let mut goals = Vec::new();
     let mut notes = Vec::new();
-    for (label, drift, first, last) in memory_drift(&finished.samples, from, soak_to) {
+    for (label, drift, first, last) in memory_drift(&run.samples, from, soak_to) {
         let framework = label.starts_with("relay") || label.starts_with("consumer");
         let line = format!(
             "{label}: RSS {:.0} → {:.0} MiB ({:+.1} %)",
@@ -141,7 +111,7 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
             ("warm_up_share".into(), args.warm_up.to_string()),
             (
                 "worker_exits".into(),
-                finished.unexpected_exits.len().to_string(),
+                run.unexpected_exits.len().to_string(),
             ),
         ],
         rates: vec![Rate::new(
@@ -151,9 +121,9 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
         )],
         goals,
         notes,
-        latency: Some(latency),
-        verdict: Some(judge(&facts)),
-        panels: drive::panels(&finished.samples),
+        panels: drive::panels(&run.samples),
+        latency: Some(run.latency),
+        verdict: Some(run.verdict),
         ..Default::default()
     })
 }

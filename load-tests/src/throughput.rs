@@ -4,7 +4,6 @@
 //! ratio to the ceilings measured in the same run: PostgreSQL's raw insert rate with the same
 //! number of clients, and the emulator's raw receive rate with the same number of streams.
 
-use crate::checker::judge;
 use crate::drive::{self, Load, Pace};
 use crate::limits;
 use crate::pipeline::Pipeline;
@@ -76,36 +75,21 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
     let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
     let mut pipeline = Pipeline::start(rig, dir, 1, Duration::from_millis(500)).await?;
     eprintln!("writing for {} s with {} writers", args.seconds, p.writers);
-    let write = drive::write_for(
-        &pipeline.rig.config,
-        &pipeline.rig.topic,
-        pipeline.origin,
-        Load {
-            writers: p.writers,
-            keys: p.keys,
-            pace: Pace::ClosedLoop,
-            duration: Duration::from_secs(args.seconds),
-        },
-    )
-    .await?;
-    let total = drive::committed_writes(&pipeline.rig).await?;
-    drive::wait_drained(
-        &pipeline.rig,
-        total,
-        Duration::from_secs(args.drain_timeout_secs),
-    )
-    .await?;
+    let (write, total) = pipeline
+        .write_and_drain(
+            Load {
+                writers: p.writers,
+                keys: p.keys,
+                pace: Pace::ClosedLoop,
+                duration: Duration::from_secs(args.seconds),
+            },
+            Duration::from_secs(args.drain_timeout_secs),
+        )
+        .await?;
     let end_to_end_seconds = pipeline.origin.seconds();
-    pipeline.keep_workers_up()?;
-    let latency = drive::latency(
-        &pipeline.rig,
-        "commit → projection (closed loop, queueing included)",
-    )
-    .await?;
-    let finished = pipeline.finish().await?;
-    let mut facts = finished.facts;
-    facts.regressions = finished.poller.regressions.clone();
-    let verdict = judge(&facts);
+    let run = pipeline
+        .conclude("commit → projection (closed loop, queueing included)")
+        .await?;
 
     let writes = Rate::new(
         "committed writes (outbox API, closed loop)",
@@ -137,14 +121,14 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
             ),
             (
                 "worker_exits".into(),
-                finished.unexpected_exits.len().to_string(),
+                run.unexpected_exits.len().to_string(),
             ),
         ],
         rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
         ratios: vec![ratio],
-        latency: Some(latency),
-        verdict: Some(verdict),
-        panels: drive::panels(&finished.samples),
+        panels: drive::panels(&run.samples),
+        latency: Some(run.latency),
+        verdict: Some(run.verdict),
         ..Default::default()
     })
 }
