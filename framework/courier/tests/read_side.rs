@@ -393,10 +393,15 @@ async fn a_database_outage_is_waited_out_without_spending_delivery_attempts() ->
     assert_eq!(stats.dead_lettered, 0, "{stats:?}");
     assert!(stats.failed > 0, "no transaction met the outage: {stats:?}");
     assert_eq!(
-        s.scalar("SELECT max(applications)::bigint FROM app.effects").await,
+        s.scalar("SELECT max(applications)::bigint FROM app.effects")
+            .await,
         1
     );
     assert_eq!(s.videos().await["video-3"], ("t39".to_string(), 10));
-    assert!(s.dead_letters.is_empty(), "dead letters: {:?}", s.dead_letters.all());
+    assert!(
+        s.dead_letters.is_empty(),
+        "dead letters: {:?}",
+        s.dead_letters.all()
+    );
     Ok(())
 }
