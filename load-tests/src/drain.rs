@@ -4,6 +4,11 @@
 //!   a bound, with the same ordering keys and attributes;
 //! - PostgreSQL's raw claim-and-mark: one statement claiming 200 rows `FOR UPDATE SKIP LOCKED`
 //!   and marking them published, no publishing.
+//!
+//! With `--history N` it also drains the same events from an outbox that already holds N
+//! published rows (what the table looks like between retention runs), after the drain of an
+//! outbox without history, and reports the ratio: the claim must not slow down as history
+//! grows (goal ≥ 0.9).
 
 use crate::fixtures::{events, fill, poll_until_done, progress, set_shards_idle};
 use crate::report::{Rate, Ratio, Report};
@@ -43,6 +48,10 @@ pub struct DrainArgs {
     /// Give up on the relay after this long.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
+    /// Also drain the same events from an outbox already holding this many published rows,
+    /// and compare with the drain of the outbox without history (0: skip).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=50_000_000))]
+    history: u64,
 }
 
 pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
@@ -88,13 +97,49 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     fill(&relay_db, &config, &events, "rows for the relay").await?;
     set_shards_idle(&relay_db, args.shards, true).await?;
     let relay = relay_drain(&relay_db, &config, events.len() as u64, args.timeout_secs).await?;
+    drop(relay_db);
 
-    let ratio = Ratio::to_lowest(
+    let mut ratios = vec![Ratio::to_lowest(
         "relay / lower ceiling",
         &relay,
         &[&raw_publish, &claim_and_mark],
         0.7,
-    );
+    )];
+    let mut rates = vec![raw_publish, claim_and_mark, relay.clone()];
+    if args.history > 0 {
+        let history_db = TestDb::new().await?;
+        config.database = courier::config::DatabaseConfig {
+            pool_size: config.database.pool_size,
+            ..history_db.config.clone()
+        };
+        let history_topic = pubsub.topic("bench.history").await?;
+        insert_history(&history_db, &history_topic, args.history, args.shards).await?;
+        fill(
+            &history_db,
+            &config,
+            &events,
+            "rows for the relay (with history)",
+        )
+        .await?;
+        set_shards_idle(&history_db, args.shards, true).await?;
+        let with_history =
+            relay_drain(&history_db, &config, events.len() as u64, args.timeout_secs).await?;
+        let with_history = Rate::new(
+            &format!(
+                "relay drain with {} published rows in the table",
+                args.history
+            ),
+            with_history.events,
+            with_history.seconds,
+        );
+        ratios.push(Ratio::to_lowest(
+            "relay with history / relay without",
+            &with_history,
+            &[&relay],
+            0.9,
+        ));
+        rates.push(with_history);
+    }
     Ok(Report {
         benchmark: "drain: relay vs raw ceilings".into(),
         parameters: vec![
@@ -111,10 +156,39 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
                 "publish_in_flight".into(),
                 args.publish_in_flight.to_string(),
             ),
+            ("history".into(), args.history.to_string()),
         ],
-        rates: vec![raw_publish, claim_and_mark, relay],
-        ratios: vec![ratio],
+        rates,
+        ratios,
     })
+}
+
+/// `count` published rows in one statement (keys `history-…`, apart from the benchmark's),
+/// published a day ago, ~200-byte payloads like the events; then VACUUM ANALYZE, as
+/// autovacuum would have done to a table that grew this way.
+async fn insert_history(db: &TestDb, topic: &str, count: u64, shards: u32) -> anyhow::Result<()> {
+    const INSERT: &str = "
+        INSERT INTO courier.outbox (id, shard, topic, aggregate_type, aggregate_id, event_type,
+                                    version, schema_version, payload, occurred_at, created_at,
+                                    published_at, publish_attempts)
+        SELECT gen_random_uuid(), (i % $3)::int, $1, 'video', 'history-' || (i / 100),
+               'VideoUpdated', i % 100 + 1, 1, convert_to(repeat('h', 200), 'UTF8'),
+               now() - interval '1 day', now() - interval '1 day', now() - interval '1 day', 1
+        FROM generate_series(0, $2 - 1) i";
+    let conn = db.client().await?;
+    let started = Instant::now();
+    eprintln!("inserting {count} published rows of history…");
+    conn.execute(INSERT, &[&topic, &(count as i64), &(shards as i32)])
+        .await
+        .context("insert the published history")?;
+    conn.batch_execute("VACUUM ANALYZE courier.outbox")
+        .await
+        .context("vacuum the history")?;
+    eprintln!(
+        "history in place after {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// PostgreSQL's ceiling: `sessions` sessions, each owning every `sessions`-th shard, repeating
