@@ -54,7 +54,7 @@ pub struct DrainArgs {
     history: u64,
     /// With --history: drains per outbox, alternating which goes first (ABBA…) so drift of
     /// the emulator or the machine falls on both alike.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10))]
     rounds: u32,
 }
 
@@ -102,14 +102,13 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     set_shards_idle(&relay_db, args.shards, true).await?;
     let relay = relay_drain(&relay_db, &config, events.len() as u64, args.timeout_secs).await?;
 
-    let ratios = vec![Ratio::to_lowest(
+    let mut ratios = vec![Ratio::to_lowest(
         "relay / lower ceiling",
         &relay,
         &[&raw_publish, &claim_and_mark],
         0.7,
     )];
     let mut report_rates = vec![raw_publish, claim_and_mark, relay];
-    let mut ratios = ratios;
     if args.history > 0 {
         let (rates, ratio) = history_rounds(&args, &config, &relay_db, &events).await?;
         report_rates.extend(rates);
@@ -259,7 +258,7 @@ async fn raw_claim_and_mark(
             FOR UPDATE SKIP LOCKED)
         UPDATE courier.outbox o
         SET published_at = now(), publish_attempts = o.publish_attempts + 1
-        FROM claimed WHERE o.seq = claimed.seq";
+        FROM claimed WHERE o.seq = claimed.seq AND o.published_at IS NULL";
     let bar = progress(total, "claimed and marked (raw PostgreSQL)");
     let started = Instant::now();
     let mut workers = Vec::new();

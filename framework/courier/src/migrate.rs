@@ -60,6 +60,13 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0006_create_backfill_runs",
             sql: include_str!("../../../migrations/courier/0006_create_backfill_runs.sql"),
         },
+        Migration {
+            version: 7,
+            name: "0007_index_only_unpublished_handles",
+            sql: include_str!(
+                "../../../migrations/courier/0007_index_only_unpublished_handles.sql"
+            ),
+        },
     ],
 };
 

@@ -285,7 +285,7 @@ impl Backfill {
                 return Ok((run, true));
             }
         }
-        Err(BackfillError::Contended(kind_of(self)))
+        Err(BackfillError::Contended(self.aggregate_type().to_owned()))
     }
 
     /// Runs one batch of run `run_id` in one transaction (see the module docs).
@@ -399,10 +399,6 @@ impl Backfill {
             }
         }
     }
-}
-
-fn kind_of(backfill: &Backfill) -> String {
-    backfill.aggregate_type().to_owned()
 }
 
 fn check_batch_size(batch_size: u32) -> Result<(), BackfillError> {
