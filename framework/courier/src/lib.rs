@@ -15,12 +15,15 @@
 //!   the emulator, and idempotent provisioning.
 //! - [`service`]: what a service declares (schema, topics, subscriptions, routes), the runtime
 //!   that runs it (relay, consumers, HTTP with health/readiness/metrics) and its CLI.
+//! - [`backfill`]: the operator's full-snapshot pass over a service's aggregates, through the
+//!   outbox, in batches, resumable (`backfill_runs`).
 //! - [`retention`]: the Janitor that deletes published outbox and processed inbox rows.
 //! - [`system_thread`]: a relay or consumer on its own thread and actix System.
 //! - [`telemetry`]: logging set-up for the binaries.
 //! - [`config`]: the deployment config with `COURIER_*` overrides.
 //! - [`backoff`]: exponential backoff with full jitter; [`metrics`]: metric names and exporter.
 
+pub mod backfill;
 pub mod backoff;
 pub mod config;
 pub mod db;

@@ -77,6 +77,9 @@ pub const MAILBOX_DEPTH: &str = "courier_mailbox_depth";
 /// Rows the retention janitor deleted (counter, label `table`: `outbox`, `inbox`).
 pub const RETENTION_DELETED_TOTAL: &str = "courier_retention_deleted_total";
 
+/// Snapshot events a backfill appended to the outbox (counter).
+pub const BACKFILL_SNAPSHOTS_TOTAL: &str = "courier_backfill_snapshots_total";
+
 /// Time a stage waited because the next one was full (histogram, seconds, label `stage`:
 /// `receiver_flow_control` — outstanding-message limit reached; `router_mailbox` — the
 /// projectors could not take more).

@@ -24,7 +24,7 @@ pub struct MigrationSet {
     pub migrations: &'static [Migration],
 }
 
-/// The framework's own tables (outbox, relay state, inbox, consumer offsets).
+/// The framework's own tables (outbox, relay state, inbox, consumer offsets, backfill runs).
 pub const COURIER: MigrationSet = MigrationSet {
     set: "courier",
     migrations: &[
@@ -54,6 +54,18 @@ pub const COURIER: MigrationSet = MigrationSet {
             version: 5,
             name: "0005_create_dead_letter_log",
             sql: include_str!("../../../migrations/courier/0005_create_dead_letter_log.sql"),
+        },
+        Migration {
+            version: 6,
+            name: "0006_create_backfill_runs",
+            sql: include_str!("../../../migrations/courier/0006_create_backfill_runs.sql"),
+        },
+        Migration {
+            version: 7,
+            name: "0007_index_only_unpublished_handles",
+            sql: include_str!(
+                "../../../migrations/courier/0007_index_only_unpublished_handles.sql"
+            ),
         },
     ],
 };

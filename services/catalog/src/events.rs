@@ -13,6 +13,7 @@ pub fn video_event(video_id: Uuid, version: i64, payload: Payload) -> NewEvent {
         Payload::VideoCreated(_) => "VideoCreated",
         Payload::VideoUpdated(_) => "VideoUpdated",
         Payload::VideoDeleted(_) => "VideoDeleted",
+        Payload::VideoSnapshot(_) => "VideoSnapshot",
     };
     let mut event = NewEvent::new(
         TOPIC,

@@ -4,10 +4,12 @@
 //!
 //! # Layout
 //! - [`api`]: HTTP routes — video writes and reads, engagement reads with read-your-writes.
+//! - [`backfill`]: a `VideoSnapshot` of every video, for `catalog backfill`.
 //! - [`events`]: how a change of a video becomes an outbox event (`catalog.video.events`).
 //! - [`projections`]: `video_user_engagements_projection`, fed by `engagement.video.events`.
 
 pub mod api;
+pub mod backfill;
 pub mod events;
 pub mod projections;
 
@@ -48,5 +50,6 @@ pub fn service() -> Service {
             projections::VideoUserEngagements::new(),
         )],
         routes: api::routes,
+        backfills: vec![std::sync::Arc::new(backfill::VideoSnapshots)],
     }
 }

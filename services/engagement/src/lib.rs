@@ -47,5 +47,6 @@ pub fn service() -> Service {
             projections::VideosReplica::new(),
         )],
         routes: api::routes,
+        backfills: Vec::new(),
     }
 }

@@ -1,6 +1,7 @@
 //! `videos_replica`: the engagement service's copy of the catalog's videos, enough to refuse
-//! engagement with unknown or deleted videos. Creates and deletes are versioned upserts;
-//! an update changes only the fields it carries, and only over an older version.
+//! engagement with unknown or deleted videos. Creates, snapshots (from a catalog backfill) and
+//! deletes are versioned upserts; an update changes only the fields it carries, and only over
+//! an older version.
 
 use courier::inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpsert};
 use courier_proto::catalog::v1::{event::Payload, Event, VideoStatus};
@@ -103,6 +104,27 @@ impl Projection for VideosReplica {
                     .unwrap_or(meta.occurred_at);
                 self.deleted
                     .execute(tx, &[&video, &"deleted", &deleted_at], version)
+                    .await?;
+            }
+            Some(Payload::VideoSnapshot(e)) => {
+                // The whole state at its own version: like a create, newer versions only.
+                let video = uuid_field("video_id", &e.video_id)?;
+                let uploader = uuid_field("uploader_id", &e.uploader_id)?;
+                let status = status_name(e.status)?;
+                let deleted_at = e.deleted_at.as_ref().and_then(courier_proto::datetime);
+                self.created
+                    .execute(
+                        tx,
+                        &[
+                            &video,
+                            &uploader,
+                            &e.title,
+                            &e.duration_secs,
+                            &status,
+                            &deleted_at,
+                        ],
+                        version,
+                    )
                     .await?;
             }
             None => {

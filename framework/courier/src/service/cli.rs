@@ -1,4 +1,5 @@
-//! The command line every service binary shares: `serve`, `migrate`, `provision`.
+//! The command line every service binary shares: `serve`, `migrate`, `provision`, `rebuild`,
+//! `backfill`.
 
 use super::runtime::{self, RunOptions, RunningService};
 use super::Service;
@@ -65,6 +66,35 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Emit a full-snapshot event of every existing aggregate (every video, …) through the
+    /// outbox, so a new read model can be built from it. Each batch bumps its aggregates'
+    /// versions and commits their snapshots with the run's progress: a run stopped at any
+    /// point resumes after its last committed batch when started again. Consumers must know
+    /// the snapshot event before it runs.
+    #[command(after_help = "Examples:\n  \
+        SERVICE backfill --dry-run                       # count what would be emitted, write nothing\n  \
+        SERVICE backfill --batch-size 500 --reason \"search index\"\n  \
+        SERVICE backfill --status                        # recent runs and their progress\n\n\
+        Starting again while a run is unfinished resumes it. Live writes go on meanwhile: \
+        a batch holds its aggregates' row locks until it commits.")]
+    Backfill {
+        /// The aggregate type to snapshot [default: the service's only one].
+        #[arg(long)]
+        aggregate: Option<String>,
+        /// Aggregates per transaction (1 to 10000).
+        #[arg(long, default_value_t = crate::backfill::DEFAULT_BATCH_SIZE,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::backfill::MAX_BATCH_SIZE)))]
+        batch_size: u32,
+        /// Count what would be emitted (and which run would resume); write nothing.
+        #[arg(long, conflicts_with = "status")]
+        dry_run: bool,
+        /// Show the latest runs instead of running one.
+        #[arg(long)]
+        status: bool,
+        /// Why, recorded with the run.
+        #[arg(long, default_value = "backfill")]
+        reason: String,
+    },
 }
 
 /// The `main` of a service binary.
@@ -74,7 +104,7 @@ pub fn main(service: fn() -> Service) -> ExitCode {
     let mut command = Cli::command().name(name).about(format!(
         "The {name} service on Courier: HTTP API, outbox relay, consumers"
     ));
-    for sub in ["serve", "migrate", "provision"] {
+    for sub in ["serve", "migrate", "provision", "rebuild", "backfill"] {
         command = command.mut_subcommand(sub, |c| {
             let after = c
                 .get_after_help()
@@ -182,6 +212,24 @@ async fn run(
                 report.subscription
             );
         }
+        Command::Backfill {
+            aggregate,
+            batch_size,
+            dry_run,
+            status,
+            reason,
+        } => {
+            backfill(
+                &service(),
+                &config,
+                aggregate.as_deref(),
+                batch_size,
+                dry_run,
+                status,
+                &reason,
+            )
+            .await?;
+        }
         Command::Serve {
             migrate,
             provision,
@@ -201,6 +249,92 @@ async fn run(
             running.shutdown(Duration::from_secs(grace_secs)).await;
         }
     }
+    Ok(())
+}
+
+/// `SERVICE backfill`: dry run, status, or a run (started or resumed) with a progress bar on
+/// a terminal and a summary line either way.
+async fn backfill(
+    service: &Service,
+    config: &CourierConfig,
+    aggregate: Option<&str>,
+    batch_size: u32,
+    dry_run: bool,
+    status: bool,
+    reason: &str,
+) -> anyhow::Result<()> {
+    use crate::backfill::Backfill;
+    use anyhow::Context as _;
+    let source = service.backfill(aggregate)?;
+    let pool = crate::db::pool(&config.database, &format!("{}-backfill", service.name))?;
+    let backfill = Backfill::new(pool, config, source);
+    let kind = backfill.aggregate_type();
+    if status {
+        let runs = backfill.runs(20).await?;
+        if runs.is_empty() {
+            println!("no backfill has run in schema {}", config.database.schema);
+        }
+        for run in runs {
+            let state = match run.finished_at {
+                Some(at) => format!("finished {}", at.to_rfc3339()),
+                None => format!(
+                    "UNFINISHED, last batch {} (resumes after {})",
+                    run.updated_at.to_rfc3339(),
+                    run.cursor.as_deref().unwrap_or("the start")
+                ),
+            };
+            println!(
+                "run #{} {}: {} snapshot(s) in {} batch(es), started {} by {} ({}); {state}",
+                run.run_id,
+                run.aggregate_type,
+                run.emitted,
+                run.batches,
+                run.started_at.to_rfc3339(),
+                run.started_by,
+                run.reason
+            );
+        }
+        return Ok(());
+    }
+    if dry_run {
+        let plan = backfill.plan().await?;
+        match &plan.resumes {
+            Some(run) => println!(
+                "dry run: would resume {kind} run #{} ({} snapshot(s) already emitted) and emit {} more, in batches of {batch_size}; nothing written",
+                run.run_id, run.emitted, plan.would_emit
+            ),
+            None => println!(
+                "dry run: would emit {} {kind} snapshot(s) in batches of {batch_size}; nothing written",
+                plan.would_emit
+            ),
+        }
+        return Ok(());
+    }
+    let by = audit_actor();
+    let bar = indicatif::ProgressBar::new(0);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(&format!(
+        "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {kind} snapshots ({{per_sec}}, eta {{eta}})"
+    )) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let report = backfill
+        .run(batch_size, &by, reason, |p| {
+            bar.set_length(u64::try_from(p.total).unwrap_or(0));
+            bar.set_position(u64::try_from(p.emitted).unwrap_or(0));
+        })
+        .await
+        .with_context(|| {
+            format!("{kind} backfill stopped; run the same command again to resume it")
+        })?;
+    bar.finish_and_clear();
+    println!(
+        "{kind} backfill run #{} finished{}: {} snapshot(s) in {} batch(es) now, {} in the whole run",
+        report.run_id,
+        if report.resumed { " (resumed)" } else { "" },
+        report.emitted_now,
+        report.batches_now,
+        report.emitted_total
+    );
     Ok(())
 }
 

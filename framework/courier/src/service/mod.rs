@@ -2,7 +2,8 @@
 //! projections, and HTTP routes — and what the framework builds from that declaration.
 //!
 //! A service is a function returning a [`Service`]; [`cli::main`] turns it into a binary with
-//! `serve`, `migrate` and `provision`, and [`RunningService`] runs it in-process (tests, demo).
+//! `serve`, `migrate`, `provision`, `rebuild` and `backfill`, and [`RunningService`] runs it
+//! in-process (tests, demo).
 //! The framework wires the relay, the consumers, supervision, health, readiness, metrics and
 //! config; the service writes SQL, handlers and projections.
 
@@ -13,6 +14,7 @@ pub mod runtime;
 pub use http::{read_at_least, ApiError, VersionToken, WriteAccess};
 pub use runtime::{RunOptions, RunningService, ServiceError};
 
+use crate::backfill::BackfillSource;
 use crate::db::{DbError, PgPool, PooledClient};
 use crate::inbound::Projection;
 use crate::inbound::{Consumer, ConsumerError, ConsumerHandle, ConsumerOptions, ConsumerSpec};
@@ -34,6 +36,40 @@ pub struct Service {
     pub inbound: Vec<Inbound>,
     /// Registers the service's HTTP routes; handlers get [`ServiceContext`] as app data.
     pub routes: fn(&mut actix_web::web::ServiceConfig),
+    /// The aggregates `backfill` can snapshot (one source per aggregate type).
+    pub backfills: Vec<Arc<dyn BackfillSource>>,
+}
+
+impl Service {
+    /// The backfill of `aggregate_type`, or of the only aggregate type when `None`.
+    pub fn backfill(
+        &self,
+        aggregate_type: Option<&str>,
+    ) -> Result<Arc<dyn BackfillSource>, ServiceError> {
+        let known = || {
+            self.backfills
+                .iter()
+                .map(|b| b.aggregate_type())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match aggregate_type {
+            Some(wanted) => self
+                .backfills
+                .iter()
+                .find(|b| b.aggregate_type() == wanted)
+                .cloned()
+                .ok_or_else(|| ServiceError::UnknownAggregate {
+                    aggregate_type: wanted.into(),
+                    known: known(),
+                }),
+            None => match self.backfills.as_slice() {
+                [only] => Ok(only.clone()),
+                [] => Err(ServiceError::NoBackfill),
+                _ => Err(ServiceError::AggregateRequired { known: known() }),
+            },
+        }
+    }
 }
 
 type StartConsumer = dyn Fn(&CourierConfig, ConsumerSpec, ConsumerOptions) -> Result<ConsumerHandle, ConsumerError>

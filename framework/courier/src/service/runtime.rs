@@ -36,6 +36,15 @@ pub enum ServiceError {
     Start(#[from] ThreadStartError),
     #[error("no projection {role:?}; this service has: {known}")]
     UnknownProjection { role: String, known: String },
+    #[error("--aggregate {aggregate_type:?} is not one this service backfills ({known})")]
+    UnknownAggregate {
+        aggregate_type: String,
+        known: String,
+    },
+    #[error("--aggregate is needed: this service backfills {known}")]
+    AggregateRequired { known: String },
+    #[error("this service declares no backfill")]
+    NoBackfill,
 }
 
 /// How a service is started beyond its config.

@@ -10,6 +10,8 @@
 --   its publishers keep each key in claim order and give back, untried, any row that would
 --   overtake a failure not yet recorded here.
 -- Both checks probe outbox_blocking, which holds only claimed, retrying and dead rows.
+-- Lookups by seq say `published_at IS NULL` (true of every claimed row) so they can use
+-- outbox_unpublished_seq, the handle index that holds no history.
 WITH candidates AS (
     SELECT o.seq, o.aggregate_id, o.version
     FROM {schema}.outbox o
@@ -33,7 +35,7 @@ WITH candidates AS (
 ), claimable AS (
     SELECT o.seq
     FROM {schema}.outbox o
-    JOIN candidates c ON c.seq = o.seq
+    JOIN candidates c ON c.seq = o.seq AND o.published_at IS NULL
     WHERE NOT EXISTS (
           SELECT 1
           FROM {schema}.outbox e
@@ -52,6 +54,6 @@ WITH candidates AS (
 UPDATE {schema}.outbox o
 SET lock_token = $2, locked_at = now()
 FROM claimable c
-WHERE o.seq = c.seq
+WHERE o.seq = c.seq AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
           o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts

@@ -1,4 +1,5 @@
 -- Records failed publishes: one more attempt, the error, and either a retry time or death.
+-- (`published_at IS NULL`: see mark_published.sql.)
 UPDATE {schema}.outbox o
 SET publish_attempts = o.publish_attempts + 1,
     last_error = f.error,
@@ -7,4 +8,4 @@ SET publish_attempts = o.publish_attempts + 1,
     lock_token = NULL,
     locked_at = NULL
 FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::boolean[]) AS f(seq, error, retry_at, dead)
-WHERE o.seq = f.seq AND o.lock_token = $5
+WHERE o.seq = f.seq AND o.lock_token = $5 AND o.published_at IS NULL
