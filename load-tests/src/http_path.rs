@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use courier::service::runtime::RunOptions;
 use courier::CourierConfig;
 use courier_demo::stack::{self, Stack};
-use courier_testkit::{test_config, TestDb, TestPubSub};
+use courier_testkit::{TestDb, TestPubSub};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,15 +20,18 @@ use std::time::{Duration, Instant};
 /// project (the services' topic names are fixed), an HTTP port of its own.
 fn service_config(
     db: &TestDb,
-    pubsub: &TestPubSub,
     project: &courier::config::PubSubConfig,
     schema: &str,
     streams: u32,
 ) -> CourierConfig {
-    let mut config = test_config(db, pubsub);
-    config.database = db.service_database(schema);
+    // The deployment defaults (not the test kit's short timeouts): a load run must not turn
+    // a slow publish into a dead row.
+    let mut config = CourierConfig {
+        database: db.service_database(schema),
+        pubsub: project.clone(),
+        ..CourierConfig::default()
+    };
     config.database.pool_size = 16;
-    config.pubsub = project.clone();
     config.http.listen = "127.0.0.1:0".into();
     config.consumer.streams = streams;
     config
@@ -40,8 +43,8 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
     let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
     let db = TestDb::new().await?;
     let project = pubsub.isolated_config();
-    let catalog = service_config(&db, &pubsub, &project, "catalog", p.streams);
-    let engagement = service_config(&db, &pubsub, &project, "engagement", p.streams);
+    let catalog = service_config(&db, &project, "catalog", p.streams);
+    let engagement = service_config(&db, &project, "engagement", p.streams);
     stack::prepare(&catalog, &engagement).await?;
     let services = Stack::start(&catalog, &engagement, RunOptions::default()).await?;
     let url = format!("http://{}/videos", services.catalog.addr);

@@ -66,11 +66,12 @@ impl Rig {
             },
             ..Default::default()
         };
+        // Deployment defaults but for a short lease (a killed relay's shards are taken over
+        // within seconds) and retries capped at 5 s (a fault's backlog drains soon after it).
         config.relay.shard_count = args.shards;
         config.relay.claim_lease_secs = 5;
-        config.relay.retry_base_millis = 100;
-        config.relay.retry_cap_millis = 2_000;
-        config.relay.publish_timeout_secs = 10;
+        config.relay.retry_base_millis = 200;
+        config.relay.retry_cap_millis = 5_000;
         config.consumer.streams = args.streams;
         config.consumer.lease_extension_secs = u64::try_from(ack_deadline_secs).unwrap_or(10);
         config.database.pool_size = args.shards + 8;
