@@ -332,14 +332,15 @@ pub async fn committed_writes(rig: &Rig) -> anyhow::Result<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// Commit → projection latency of every effect of the run.
-pub async fn latency(rig: &Rig, name: &str) -> anyhow::Result<Latency> {
+/// Commit → projection latency of every effect of a write meant to start at `from` or later.
+pub async fn latency(rig: &Rig, name: &str, from: DateTime<Utc>) -> anyhow::Result<Latency> {
     let rows = rig
         .client()
         .await?
         .query(
-            "SELECT (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint FROM load.applied",
-            &[],
+            "SELECT (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint
+             FROM load.applied WHERE intended_at >= $1",
+            &[&from],
         )
         .await
         .context("read the latencies")?;

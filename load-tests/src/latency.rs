@@ -1,5 +1,5 @@
-//! `latency`: writes scheduled at a fixed rate (open loop; default half the lower of the
-//! ceilings measured in the same run), each write's latency measured from the instant it was
+//! `latency`: writes scheduled at a fixed rate (open loop; default half the end-to-end maximum
+//! measured on the same pipeline just before), each write's latency measured from the instant it was
 //! due, so a stalled pipeline cannot hide its stalls (no coordinated omission). Reports
 //! p50/p90/p99/p99.9/max commit → projection beside the emulator's own publish → receive
 //! latency at the same rate.
@@ -9,7 +9,6 @@ use crate::limits;
 use crate::pipeline::Pipeline;
 use crate::report::{Goal, Rate, Report};
 use crate::rig::{PipelineArgs, Rig};
-use crate::throughput::measure_ceilings;
 use courier_testkit::TestPubSub;
 use std::path::Path;
 use std::time::Duration;
@@ -18,7 +17,7 @@ use std::time::Duration;
 pub struct LatencyArgs {
     #[command(flatten)]
     pub pipeline: PipelineArgs,
-    /// Writes per second (default: half the lower measured ceiling).
+    /// Writes per second (default: --load × the end-to-end maximum measured first).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub rate: Option<u64>,
     /// Share of the measured maximum to run at when --rate is not given.
@@ -27,7 +26,7 @@ pub struct LatencyArgs {
     /// How long the writers write.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub seconds: u64,
-    /// How long each ceiling probe runs.
+    /// How long the maximum probe and the emulator's own latency probe run.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub probe_seconds: u64,
     /// Give up waiting for the projection to catch up after this long.
@@ -46,18 +45,23 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     );
     let pubsub = TestPubSub::get().await?;
     let p = &args.pipeline;
-    let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
-    let max = ceilings
-        .postgres
-        .per_second
-        .min(ceilings.receive.per_second);
-    let rate = args.rate.map_or(args.load * max, |r| r as f64).max(1.0);
-    let raw = limits::raw_latency(&pubsub, rate.round() as u64, args.probe_seconds).await?;
-
+    let drain_timeout = Duration::from_secs(args.drain_timeout_secs);
     let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
     let mut pipeline = Pipeline::start(rig, dir, 1, Duration::from_millis(500)).await?;
+    let (rate, max) = match args.rate {
+        Some(rate) => (rate as f64, None),
+        None => {
+            let max = pipeline
+                .probe_max(p.writers, p.keys, args.probe_seconds, drain_timeout)
+                .await?;
+            (args.load * max, Some(max))
+        }
+    };
+    let rate = rate.max(1.0);
+    let raw = limits::raw_latency(&pubsub, rate.round() as u64, args.probe_seconds).await?;
+    let measured_from = pipeline.origin.seconds();
     eprintln!("writing {rate:.0}/s for {} s (open loop)", args.seconds);
-    let (write, total) = pipeline
+    let (write, _) = pipeline
         .write_and_drain(
             Load {
                 writers: p.writers,
@@ -65,11 +69,14 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
                 pace: Pace::OpenLoop { per_second: rate },
                 duration: Duration::from_secs(args.seconds),
             },
-            Duration::from_secs(args.drain_timeout_secs),
+            drain_timeout,
         )
         .await?;
     let run = pipeline
-        .conclude(&format!("commit → projection at {rate:.0}/s (open loop)"))
+        .conclude(
+            &format!("commit → projection at {rate:.0}/s (open loop)"),
+            measured_from,
+        )
         .await?;
     let latency = run.latency;
 
@@ -84,7 +91,12 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
         benchmark: "latency: commit → projection at a fixed rate".into(),
         parameters: vec![
             ("rate_per_second".into(), format!("{rate:.0}")),
-            ("share_of_measured_max".into(), format!("{:.2}", rate / max)),
+            (
+                "measured_end_to_end_max".into(),
+                max.map_or("not measured (--rate given)".into(), |m| {
+                    format!("{m:.0}/s")
+                }),
+            ),
             ("seconds".into(), args.seconds.to_string()),
             ("writers".into(), p.writers.to_string()),
             ("keys".into(), p.keys.to_string()),
@@ -94,11 +106,11 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
                 write.failed_attempts.to_string(),
             ),
         ],
-        rates: vec![
-            ceilings.postgres,
-            ceilings.receive,
-            Rate::new("committed writes (open loop)", total, write.seconds),
-        ],
+        rates: vec![Rate::new(
+            "committed writes (open loop)",
+            write.committed,
+            write.seconds,
+        )],
         goals: vec![goal],
         latency: Some(latency),
         reference_latencies: vec![raw],

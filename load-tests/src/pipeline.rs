@@ -89,9 +89,33 @@ impl Pipeline {
         Ok((write, total))
     }
 
-    /// Reads every effect's commit → projection latency, stops, and judges the run.
-    pub async fn conclude(self, latency_name: &str) -> anyhow::Result<Concluded> {
-        let latency = drive::latency(&self.rig, latency_name).await?;
+    /// The end-to-end maximum: `writers` write as fast as they can for `seconds`, then the
+    /// rate is what committed divided by the time until all of it was projected.
+    pub async fn probe_max(
+        &mut self,
+        writers: u32,
+        keys: u64,
+        seconds: u64,
+        drain_timeout: Duration,
+    ) -> anyhow::Result<f64> {
+        eprintln!("measuring the end-to-end maximum for {seconds} s");
+        let started = self.origin.seconds();
+        let before = drive::committed_writes(&self.rig).await?;
+        let probe = Load {
+            writers,
+            keys,
+            pace: drive::Pace::ClosedLoop,
+            duration: Duration::from_secs(seconds),
+        };
+        let (_, total) = self.write_and_drain(probe, drain_timeout).await?;
+        Ok((total - before) as f64 / (self.origin.seconds() - started))
+    }
+
+    /// Reads the commit → projection latency of the writes meant to start `from` seconds
+    /// into the run or later, stops, and judges the whole run.
+    pub async fn conclude(self, latency_name: &str, from: f64) -> anyhow::Result<Concluded> {
+        let from = self.origin.wall + chrono::Duration::milliseconds((from * 1_000.0) as i64);
+        let latency = drive::latency(&self.rig, latency_name, from).await?;
         let mut finished = self.finish().await?;
         finished.facts.regressions = std::mem::take(&mut finished.poller.regressions);
         Ok(Concluded {

@@ -62,14 +62,10 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     let rate = match args.rate {
         Some(rate) => rate as f64,
         None => {
-            eprintln!(
-                "measuring the end-to-end maximum for {} s",
-                args.probe_seconds
-            );
-            let started = pipeline.origin.seconds();
-            let probe = load(Pace::ClosedLoop, args.probe_seconds as f64);
-            let (_, probed) = pipeline.write_and_drain(probe, drain_timeout).await?;
-            args.load * probed as f64 / (pipeline.origin.seconds() - started)
+            let max = pipeline
+                .probe_max(p.writers, p.keys, args.probe_seconds, drain_timeout)
+                .await?;
+            args.load * max
         }
     };
     let soak_from = pipeline.origin.seconds();
@@ -77,7 +73,9 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     let soak = load(Pace::OpenLoop { per_second: rate }, args.minutes * 60.0);
     let soak_to = soak_from + soak.duration.as_secs_f64();
     let (write, _) = pipeline.write_and_drain(soak, drain_timeout).await?;
-    let run = pipeline.conclude("commit → projection (whole run)").await?;
+    let run = pipeline
+        .conclude("commit → projection (the soak)", soak_from)
+        .await?;
 
     let from = soak_from + args.warm_up * (soak_to - soak_from);
     let mut goals = Vec::new();

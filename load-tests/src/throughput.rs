@@ -88,7 +88,7 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
         .await?;
     let end_to_end_seconds = pipeline.origin.seconds();
     let run = pipeline
-        .conclude("commit → projection (closed loop, queueing included)")
+        .conclude("commit → projection (closed loop, queueing included)", 0.0)
         .await?;
 
     let writes = Rate::new(
