@@ -120,6 +120,11 @@ pub struct RelayConfig {
     /// per shard). The emulator and Pub/Sub publish faster with more messages in flight per
     /// ordering key: 8 drained ~30 % faster than 2 in `courier-load drain`.
     pub max_in_flight_batches: u32,
+    /// After a claim that found rows but not a full batch, wait this long before claiming
+    /// again, so a live trickle gathers into batches instead of every claimer re-running the
+    /// claim query back to back (which starved the writers of PostgreSQL CPU under load).
+    /// A full batch claims again at once.
+    pub claim_linger_millis: u64,
     /// First idle-poll delay ceiling; doubles with full jitter while shards stay empty.
     pub poll_min_millis: u64,
     /// Idle-poll delay cap.
@@ -143,6 +148,7 @@ impl Default for RelayConfig {
             claim_batch_size: 200,
             claim_lease_secs: 30,
             max_in_flight_batches: 8,
+            claim_linger_millis: 20,
             poll_min_millis: 250,
             poll_max_millis: 30_000,
             publish_max_attempts: 10,
@@ -157,6 +163,10 @@ impl Default for RelayConfig {
 impl RelayConfig {
     pub fn claim_lease(&self) -> Duration {
         Duration::from_secs(self.claim_lease_secs)
+    }
+
+    pub fn claim_linger(&self) -> Duration {
+        Duration::from_millis(self.claim_linger_millis)
     }
     pub fn poll_backoff(&self) -> crate::backoff::Backoff {
         crate::backoff::Backoff::new(
@@ -422,6 +432,9 @@ impl CourierConfig {
         }
         if !(1..=16).contains(&r.max_in_flight_batches) {
             return invalid("relay.max_in_flight_batches", "must be between 1 and 16");
+        }
+        if r.claim_linger_millis > 1_000 {
+            return invalid("relay.claim_linger_millis", "must be at most 1000");
         }
         if r.poll_min_millis < 1 || r.poll_max_millis < r.poll_min_millis {
             return invalid(

@@ -4,7 +4,8 @@
 //! in batched statements (one mark at a time; outcomes settling meanwhile join the next). A
 //! batch found means claim again at once while fewer than `max_in_flight_batches ×
 //! claim_batch_size` rows are unmarked — rows count, not batches, so one slow key does not hold
-//! a whole batch's capacity; none found means idle: flag the shard idle so writers NOTIFY it,
+//! a whole batch's capacity (a partial batch waits `claim_linger_millis` first, so a trickle
+//! gathers into batches); none found means idle: flag the shard idle so writers NOTIFY it,
 //! look once more, then poll with exponential backoff and full jitter until a wake or a hit.
 //!
 //! Each (re)start takes a fresh lock token: rows the previous incarnation held become
@@ -141,8 +142,13 @@ impl Claimer {
                             if act.idle_flagged {
                                 act.set_idle(false, ctx);
                             }
+                            let full = rows.len() >= act.config.claim_batch_size as usize;
                             act.dispatch(rows, claim_started, ctx);
-                            act.claim(ctx);
+                            if full || act.config.claim_linger_millis == 0 {
+                                act.claim(ctx);
+                            } else {
+                                act.claim_after(act.config.claim_linger(), ctx);
+                            }
                         }
                         Ok(_) => act.on_empty(ctx),
                         Err(e) if e.is_transient() => {
@@ -156,6 +162,17 @@ impl Claimer {
                     }
                 }),
         );
+    }
+
+    /// Claims after `delay` (unless a wake or a finished batch claims sooner).
+    fn claim_after(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.poll_timer.take() {
+            ctx.cancel_future(timer);
+        }
+        self.poll_timer = Some(ctx.run_later(delay, |act, ctx| {
+            act.poll_timer = None;
+            act.claim(ctx);
+        }));
     }
 
     fn on_empty(&mut self, ctx: &mut Context<Self>) {
