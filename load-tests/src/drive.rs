@@ -4,7 +4,7 @@
 
 use crate::chart::Panel;
 use crate::checker::RegressionPoller;
-use crate::processes::{read_process, ProcessReading, TICKS_PER_SECOND};
+use crate::processes::{read_all_named, read_process, ProcessReading, TICKS_PER_SECOND};
 use crate::report::{new_histogram, Latency};
 use crate::rig::Rig;
 use crate::workload::{aggregate_id, Writer};
@@ -275,13 +275,14 @@ async fn sample(
         *last_seq = r.get(0);
         histogram.saturating_record(u64::try_from(r.get::<_, i64>(1)).unwrap_or(0));
     }
-    let processes = watched
+    let mut processes: Vec<(String, ProcessReading)> = watched
         .lock()
         .map(|list| list.clone())
         .unwrap_or_default()
         .into_iter()
         .filter_map(|(label, pid)| Some((label, read_process(pid)?)))
         .collect();
+    processes.push(("postgres (all)".into(), read_all_named("postgres")));
     Ok(Sample {
         t: origin.seconds(),
         written: row.get(0),
@@ -409,13 +410,15 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
                 Some((s.t, *r))
             })
             .collect();
-        memory = memory.with(
-            label,
-            readings
-                .iter()
-                .map(|(t, r)| (*t, r.rss_bytes as f64 / 1_048_576.0))
-                .collect(),
-        );
+        if readings.iter().any(|(_, r)| r.rss_bytes > 0) {
+            memory = memory.with(
+                label,
+                readings
+                    .iter()
+                    .map(|(t, r)| (*t, r.rss_bytes as f64 / 1_048_576.0))
+                    .collect(),
+            );
+        }
         cpu = cpu.with(
             label,
             readings

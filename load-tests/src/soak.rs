@@ -148,7 +148,7 @@ pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64,
                     .collect();
                 (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
             };
-            let first = mean(from, from + tenth)?;
+            let first = mean(from, from + tenth).filter(|rss| *rss > 0.0)?;
             let last = mean(to - tenth, to)?;
             Some((label.clone(), last / first - 1.0, first, last))
         })
