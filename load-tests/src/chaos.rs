@@ -123,14 +123,12 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
     )
     .await;
     let dead_letters = read_dead_letters(&pipeline.rig, poison.len()).await?;
-    let mut timeline = timeline;
     let finished = pipeline.finish().await?;
-    timeline.extend(
-        finished
-            .unexpected_exits
-            .iter()
-            .map(|exit| (f64::NAN, format!("{exit}; restarted"))),
-    );
+    let mut notes: Vec<String> = finished
+        .unexpected_exits
+        .iter()
+        .map(|exit| format!("{exit}; restarted"))
+        .collect();
     let mut facts = finished.facts;
     facts.regressions = finished.poller.regressions.clone();
     facts.dead_letters = dead_letters;
@@ -150,13 +148,10 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
     ];
     let unknown = emulator_breakage(dir);
     if unknown > 0 {
-        timeline.push((
-            f64::NAN,
-            format!(
-                "the emulator failed {unknown} StreamingPull streams with UNKNOWN: its subscription \
-                 breaks after abrupt client disconnects (see README, load tests); events it then \
-                 never delivers show as lost"
-            ),
+        notes.push(format!(
+            "the emulator failed {unknown} StreamingPull streams with UNKNOWN: its subscription \
+             breaks after abrupt client disconnects (see README, load tests); events it then \
+             never delivers show as lost"
         ));
     }
     if let Err(e) = &converged {
@@ -189,15 +184,8 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
         rates: vec![Rate::new("committed writes", total, write.seconds)],
         goals,
         verdict: Some(verdict),
-        notes: timeline
-            .iter()
-            .filter(|(t, _)| !t.is_finite())
-            .map(|(_, note)| note.clone())
-            .collect(),
-        timeline: timeline
-            .into_iter()
-            .filter(|(t, _)| t.is_finite())
-            .collect(),
+        notes,
+        timeline,
         panels: drive::panels(&finished.samples),
         ..Default::default()
     })

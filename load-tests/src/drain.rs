@@ -10,14 +10,13 @@
 //! outbox without history, and reports the ratio: the claim must not slow down as history
 //! grows (goal ≥ 0.9).
 
-use crate::fixtures::{events, fill, poll_until_done, progress, set_shards_idle};
+use crate::fixtures::{events, fill, poll_until_done, progress, publish_bounded, set_shards_idle};
 use crate::report::{Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes;
 use courier::outbox::publisher::CLIENT_BATCH_DELAY;
 use courier::outbox::{NewEvent, Relay, RelayOptions};
 use courier_testkit::{test_config, TestDb, TestPubSub};
-use futures::stream::{FuturesUnordered, StreamExt};
 use google_cloud_pubsub::model::Message;
 use std::time::{Duration, Instant};
 
@@ -311,37 +310,22 @@ async fn raw_publish(
     in_flight: usize,
 ) -> anyhow::Result<Rate> {
     let publisher = pubsub.client().publisher(topic, CLIENT_BATCH_DELAY).await?;
-    let messages: Vec<Message> = events
-        .iter()
-        .map(|e| {
-            Message::new()
-                .set_data(e.payload.clone())
-                .set_ordering_key(e.aggregate_id.clone())
-                .set_attributes(attributes::for_event(e))
-        })
-        .collect();
-    let bar = progress(messages.len() as u64, "published (raw client)");
+    let messages = events.iter().map(|e| {
+        Message::new()
+            .set_data(e.payload.clone())
+            .set_ordering_key(e.aggregate_id.clone())
+            .set_attributes(attributes::for_event(e))
+    });
     let started = Instant::now();
-    let mut pending: FuturesUnordered<google_cloud_pubsub::publisher::PublishFuture> =
-        FuturesUnordered::new();
-    let mut acknowledged = 0u64;
-    for message in messages {
-        if pending.len() >= in_flight {
-            if let Some(result) = pending.next().await {
-                result.context("raw publish")?;
-                acknowledged += 1;
-                bar.inc(1);
-            }
-        }
-        pending.push(publisher.publish(message));
-    }
-    while let Some(result) = pending.next().await {
-        result.context("raw publish")?;
-        acknowledged += 1;
-        bar.inc(1);
-    }
+    let acknowledged = publish_bounded(
+        &publisher,
+        messages,
+        events.len() as u64,
+        in_flight,
+        "published (raw client)",
+    )
+    .await?;
     let seconds = started.elapsed().as_secs_f64();
-    bar.finish_and_clear();
     Ok(Rate::new(
         "emulator raw publish (1 client, ordering keys)",
         acknowledged,

@@ -62,6 +62,40 @@ pub async fn set_shards_idle(db: &TestDb, shard_count: u32, idle: bool) -> anyho
     Ok(())
 }
 
+/// Publishes `messages` (`len` of them) through `publisher`, at most `in_flight` awaiting
+/// the server's acknowledgement at once, moving a progress bar labelled `what`; returns how
+/// many were acknowledged.
+pub async fn publish_bounded(
+    publisher: &google_cloud_pubsub::client::Publisher,
+    messages: impl IntoIterator<Item = google_cloud_pubsub::model::Message>,
+    len: u64,
+    in_flight: usize,
+    what: &str,
+) -> anyhow::Result<u64> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    let bar = progress(len, what);
+    let mut pending: FuturesUnordered<google_cloud_pubsub::publisher::PublishFuture> =
+        FuturesUnordered::new();
+    let mut acknowledged = 0u64;
+    for message in messages {
+        if pending.len() >= in_flight.max(1) {
+            if let Some(result) = pending.next().await {
+                result.with_context(|| format!("{what}: publish"))?;
+                acknowledged += 1;
+                bar.inc(1);
+            }
+        }
+        pending.push(publisher.publish(message));
+    }
+    while let Some(result) = pending.next().await {
+        result.with_context(|| format!("{what}: publish"))?;
+        acknowledged += 1;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(acknowledged)
+}
+
 pub fn progress(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     let template = format!("{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {what} ({{per_sec}})");

@@ -5,7 +5,7 @@
 
 use crate::drive::Origin;
 use crate::fixtures::poll_until_done;
-use crate::report::{Rate, Ratio, Report};
+use crate::report::{Rate, Report};
 use crate::throughput::{measure_ceilings, ThroughputArgs};
 use anyhow::Context as _;
 use courier::service::runtime::RunOptions;
@@ -120,12 +120,7 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
         total,
         end_to_end_seconds,
     );
-    let ratio = Ratio::to_lowest(
-        "end to end / lower ceiling",
-        &end_to_end,
-        &[&ceilings.postgres, &ceilings.receive],
-        0.6,
-    );
+    let ratio = ceilings.ratio(&end_to_end);
     Ok(Report {
         benchmark:
             "throughput via HTTP: catalog POST /videos → relay → emulator → engagement's replica"

@@ -4,13 +4,12 @@
 //! - the emulator: publish rate with 1,000 ordering keys and without, StreamingPull
 //!   receive-and-ack per stream count, and publish → receive latency at a fixed rate.
 
-use crate::fixtures::{poll_until_done, progress};
+use crate::fixtures::{poll_until_done, progress, publish_bounded};
 use crate::report::{Latency, Rate, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes::{self, RequiredFields};
 use courier::pubsub::SubscriptionSpec;
 use courier_testkit::{unique_name, TestDb, TestPubSub};
-use futures::stream::{FuturesUnordered, StreamExt};
 use google_cloud_pubsub::model::Message;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -126,7 +125,7 @@ pub async fn pg_insert_rate(
 }
 
 /// Attributes as the framework sends them, for messages published around it.
-fn message(key: &str, version: i64, data: Vec<u8>) -> Message {
+pub(crate) fn message(key: &str, version: i64, data: Vec<u8>) -> Message {
     Message::new()
         .set_data(data)
         .set_attributes(attributes::build(
@@ -156,31 +155,19 @@ pub async fn publish_messages(
         .client()
         .publisher(topic, courier::outbox::publisher::CLIENT_BATCH_DELAY)
         .await?;
-    let bar = progress(count, what);
     let started = Instant::now();
-    let mut pending: FuturesUnordered<google_cloud_pubsub::publisher::PublishFuture> =
-        FuturesUnordered::new();
-    for i in 0..count {
+    let messages = (0..count).map(|i| {
         let key_no = keys.map_or(i, |k| i % k);
         let key = format!("video-{key_no:06}");
         let version = keys.map_or(1, |k| i64::try_from(i / k).unwrap_or(i64::MAX - 1) + 1);
-        let mut m = message(&key, version, vec![b'x'; 200]);
+        let m = message(&key, version, vec![b'x'; 200]);
         if keys.is_some() {
-            m = m.set_ordering_key(key);
+            m.set_ordering_key(key)
+        } else {
+            m
         }
-        if pending.len() >= 10_000 {
-            if let Some(result) = pending.next().await {
-                result.context("publish")?;
-                bar.inc(1);
-            }
-        }
-        pending.push(publisher.publish(m));
-    }
-    while let Some(result) = pending.next().await {
-        result.context("publish")?;
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
+    });
+    publish_bounded(&publisher, messages, count, 10_000, what).await?;
     Ok(Rate::new(what, count, started.elapsed().as_secs_f64()))
 }
 

@@ -6,17 +6,14 @@
 //! one is drained by bare streams that ack everything, the other by a Courier consumer whose
 //! projection is a versioned upsert per aggregate.
 
-use crate::fixtures::{poll_until_done, progress};
+use crate::fixtures::{poll_until_done, publish_bounded};
 use crate::report::{Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::inbound::{
     Consumer, ConsumerOptions, ConsumerSpec, EventMeta, HandlerError, Projection, VersionedUpsert,
 };
-use courier::outbox::attributes::{self, RequiredFields};
 use courier::pubsub::SubscriptionSpec;
 use courier_testkit::{test_config, unique_name, TestDb, TestPubSub};
-use futures::stream::{FuturesUnordered, StreamExt};
-use google_cloud_pubsub::model::Message;
 use std::time::{Duration, Instant};
 use tokio_postgres::Transaction;
 
@@ -203,42 +200,14 @@ async fn publish_backlog(
         .client()
         .publisher(topic, courier::outbox::publisher::CLIENT_BATCH_DELAY)
         .await?;
-    let bar = progress(count, "published (backlog)");
-    let mut pending: FuturesUnordered<google_cloud_pubsub::publisher::PublishFuture> =
-        FuturesUnordered::new();
-    for i in 0..count {
+    let messages = (0..count).map(|i| {
         let key = format!("video-{:06}", i % keys);
         let version = i64::try_from(i / keys).unwrap_or(i64::MAX - 1) + 1;
         let data = prost::Message::encode_to_vec(&Change {
             title: format!("{key} at {version} {}", "x".repeat(160)),
         });
-        let message = Message::new()
-            .set_data(data)
-            .set_ordering_key(key.clone())
-            .set_attributes(attributes::build(
-                RequiredFields {
-                    event_id: uuid::Uuid::now_v7(),
-                    event_type: "VideoUpdated",
-                    aggregate_id: &key,
-                    aggregate_type: "video",
-                    version,
-                    occurred_at: chrono::Utc::now(),
-                    schema_version: 1,
-                },
-                [],
-            ));
-        if pending.len() >= 10_000 {
-            if let Some(result) = pending.next().await {
-                result.context("publish the backlog")?;
-                bar.inc(1);
-            }
-        }
-        pending.push(publisher.publish(message));
-    }
-    while let Some(result) = pending.next().await {
-        result.context("publish the backlog")?;
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
+        crate::limits::message(&key, version, data).set_ordering_key(key)
+    });
+    publish_bounded(&publisher, messages, count, 10_000, "published (backlog)").await?;
     Ok(())
 }
