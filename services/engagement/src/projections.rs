@@ -11,7 +11,7 @@ const TABLE: &str = "videos_replica";
 
 #[derive(Clone)]
 pub struct VideosReplica {
-    created: VersionedUpsert,
+    whole_state: VersionedUpsert,
     deleted: VersionedUpsert,
 }
 
@@ -22,7 +22,7 @@ impl VideosReplica {
                 .expect("static table and column names are identifiers")
         };
         Self {
-            created: upsert(&[
+            whole_state: upsert(&[
                 "uploader_id",
                 "title",
                 "duration_secs",
@@ -31,6 +31,45 @@ impl VideosReplica {
             ]),
             deleted: upsert(&["status", "deleted_at"]),
         }
+    }
+}
+
+/// A video's whole state, as a create or a snapshot carries it.
+struct WholeState<'a> {
+    video_id: &'a str,
+    uploader_id: &'a str,
+    title: &'a str,
+    duration_secs: i64,
+    status: i32,
+    deleted_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl VideosReplica {
+    /// Writes `state` over an older version of the row (or inserts it).
+    async fn upsert_whole(
+        &self,
+        tx: &Transaction<'_>,
+        state: WholeState<'_>,
+        version: i64,
+    ) -> Result<(), HandlerError> {
+        let video = uuid_field("video_id", state.video_id)?;
+        let uploader = uuid_field("uploader_id", state.uploader_id)?;
+        let status = status_name(state.status)?;
+        self.whole_state
+            .execute(
+                tx,
+                &[
+                    &video,
+                    &uploader,
+                    &state.title,
+                    &state.duration_secs,
+                    &status,
+                    &state.deleted_at,
+                ],
+                version,
+            )
+            .await?;
+        Ok(())
     }
 }
 
@@ -63,24 +102,15 @@ impl Projection for VideosReplica {
         let version = meta.version;
         match &event.payload {
             Some(Payload::VideoCreated(e)) => {
-                let video = uuid_field("video_id", &e.video_id)?;
-                let uploader = uuid_field("uploader_id", &e.uploader_id)?;
-                let status = status_name(e.status)?;
-                let deleted_at: Option<chrono::DateTime<chrono::Utc>> = None;
-                self.created
-                    .execute(
-                        tx,
-                        &[
-                            &video,
-                            &uploader,
-                            &e.title,
-                            &e.duration_secs,
-                            &status,
-                            &deleted_at,
-                        ],
-                        version,
-                    )
-                    .await?;
+                let state = WholeState {
+                    video_id: &e.video_id,
+                    uploader_id: &e.uploader_id,
+                    title: &e.title,
+                    duration_secs: e.duration_secs,
+                    status: e.status,
+                    deleted_at: None,
+                };
+                self.upsert_whole(tx, state, version).await?;
             }
             Some(Payload::VideoUpdated(e)) => {
                 let video = uuid_field("video_id", &e.video_id)?;
@@ -108,24 +138,15 @@ impl Projection for VideosReplica {
             }
             Some(Payload::VideoSnapshot(e)) => {
                 // The whole state at its own version: like a create, newer versions only.
-                let video = uuid_field("video_id", &e.video_id)?;
-                let uploader = uuid_field("uploader_id", &e.uploader_id)?;
-                let status = status_name(e.status)?;
-                let deleted_at = e.deleted_at.as_ref().and_then(courier_proto::datetime);
-                self.created
-                    .execute(
-                        tx,
-                        &[
-                            &video,
-                            &uploader,
-                            &e.title,
-                            &e.duration_secs,
-                            &status,
-                            &deleted_at,
-                        ],
-                        version,
-                    )
-                    .await?;
+                let state = WholeState {
+                    video_id: &e.video_id,
+                    uploader_id: &e.uploader_id,
+                    title: &e.title,
+                    duration_secs: e.duration_secs,
+                    status: e.status,
+                    deleted_at: e.deleted_at.as_ref().and_then(courier_proto::datetime),
+                };
+                self.upsert_whole(tx, state, version).await?;
             }
             None => {
                 return Err(HandlerError::Permanent(format!(
