@@ -17,17 +17,30 @@ pub enum HandlerError {
     /// Retrying cannot succeed: the message goes to the dead-letter topic with this reason.
     #[error("permanent: {0}")]
     Permanent(String),
+    /// The database could not be reached or the connection broke: not the event's fault, so
+    /// the projector retries in place and spends no delivery attempt.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl HandlerError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, HandlerError::Transient(_))
+        matches!(
+            self,
+            HandlerError::Transient(_) | HandlerError::Unavailable(_)
+        )
+    }
+
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, HandlerError::Unavailable(_))
     }
 }
 
 impl From<DbError> for HandlerError {
     fn from(error: DbError) -> Self {
-        if error.is_transient() {
+        if error.is_unavailable() {
+            HandlerError::Unavailable(error.to_string())
+        } else if error.is_transient() {
             HandlerError::Transient(error.to_string())
         } else {
             HandlerError::Permanent(error.to_string())

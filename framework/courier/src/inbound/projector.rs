@@ -69,7 +69,7 @@ impl TransactionFailure {
         match self {
             TransactionFailure::Db(e) => e.is_unavailable(),
             TransactionFailure::Unavailable(_) => true,
-            TransactionFailure::Handler { .. } => false,
+            TransactionFailure::Handler { error, .. } => error.is_unavailable(),
         }
     }
 }
@@ -292,7 +292,7 @@ async fn apply<P: Projection>(
         "projection transaction of group {group_name}"
     )))?;
     match transact(parts, &mut client, group).await {
-        // A handler's error does not say whether the connection broke under it; the client does.
+        // A handler that maps errors itself may not say the connection broke; the client does.
         Err(failure) if client.is_closed() && !failure.is_unavailable() => {
             Err(TransactionFailure::Unavailable(Box::new(failure)))
         }
