@@ -52,7 +52,7 @@ pub struct Change {
     pub title: String,
 }
 
-/// `bench.videos` through the versioned upsert: one statement per event.
+/// `bench.videos` through the versioned upsert: one statement per transaction.
 struct BenchVideos {
     upsert: VersionedUpsert,
 }
@@ -70,6 +70,19 @@ impl Projection for BenchVideos {
             .execute(tx, &[&meta.aggregate_id, &event.title], meta.version)
             .await?;
         Ok(())
+    }
+
+    /// A change carries the whole row, so of a group only the newest is written (what
+    /// `Projection::apply_group` is for).
+    async fn apply_group(
+        &self,
+        tx: &Transaction<'_>,
+        events: &[(&EventMeta, &Change)],
+    ) -> Result<(), HandlerError> {
+        match events.iter().max_by_key(|(meta, _)| meta.version) {
+            Some((meta, event)) => self.apply(tx, meta, event).await,
+            None => Ok(()),
+        }
     }
 }
 

@@ -118,7 +118,8 @@ pub struct RelayConfig {
     pub claim_lease_secs: u64,
     /// Unmarked rows a claimer may hold, in batches (`× claim_batch_size` rows; bounds memory
     /// per shard). The emulator and Pub/Sub publish faster with more messages in flight per
-    /// ordering key: 8 drained ~30 % faster than 2 in `courier-load drain`.
+    /// ordering key (the client sends a key's waiting messages as one batch): in
+    /// `courier-load drain`, 8 drained ~30 % faster than 2, and 16 ~35 % faster than 8.
     pub max_in_flight_batches: u32,
     /// After a claim that found rows but not a full batch, wait this long before claiming
     /// again, so a live trickle gathers into batches instead of every claimer re-running the
@@ -147,7 +148,7 @@ impl Default for RelayConfig {
             shard_count: 8,
             claim_batch_size: 200,
             claim_lease_secs: 30,
-            max_in_flight_batches: 8,
+            max_in_flight_batches: 16,
             claim_linger_millis: 20,
             poll_min_millis: 250,
             poll_max_millis: 30_000,

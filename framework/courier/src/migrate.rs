@@ -67,6 +67,11 @@ pub const COURIER: MigrationSet = MigrationSet {
                 "../../../migrations/courier/0007_index_only_unpublished_handles.sql"
             ),
         },
+        Migration {
+            version: 8,
+            name: "0008_hot_claims",
+            sql: include_str!("../../../migrations/courier/0008_hot_claims.sql"),
+        },
     ],
 };
 

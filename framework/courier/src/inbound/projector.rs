@@ -49,9 +49,12 @@ enum TransactionFailure {
     /// The database went away during the transaction (whatever step noticed it first).
     #[error("database unavailable: {0}")]
     Unavailable(Box<TransactionFailure>),
-    #[error("handler failed on event {event_id}: {error}")]
+    #[error("handler failed on {events} event(s) from event {event_id}: {error}")]
     Handler {
+        /// The group's first new event (a group that fails permanently is retried event by
+        /// event, so a dead-lettered event's reason names that event alone).
         event_id: uuid::Uuid,
+        events: usize,
         error: HandlerError,
     },
 }
@@ -314,20 +317,23 @@ async fn transact<P: Projection>(
         .map(|d| (d.meta.event_id, d.meta.publish_time))
         .collect();
     let mut fresh = parts.inbox.record(&tx, group_name, &seen).await?;
-    let mut applied = 0;
-    for delivery in group {
+    let new_events: Vec<(&EventMeta, &P::Event)> = group
+        .iter()
         // `remove`: an event twice in one group takes effect once.
-        if fresh.remove(&delivery.meta.event_id) {
-            parts
-                .projection
-                .apply(&tx, &delivery.meta, &delivery.event)
-                .await
-                .map_err(|error| TransactionFailure::Handler {
-                    event_id: delivery.meta.event_id,
-                    error,
-                })?;
-            applied += 1;
-        }
+        .filter(|d| fresh.remove(&d.meta.event_id))
+        .map(|d| (&d.meta, &d.event))
+        .collect();
+    let applied = new_events.len();
+    if let Some((first, _)) = new_events.first() {
+        parts
+            .projection
+            .apply_group(&tx, &new_events)
+            .await
+            .map_err(|error| TransactionFailure::Handler {
+                event_id: first.event_id,
+                events: applied,
+                error,
+            })?;
     }
     if let Some(newest) = group.iter().max_by_key(|d| d.meta.publish_time) {
         let lag_millis = parts

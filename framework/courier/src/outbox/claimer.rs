@@ -17,6 +17,7 @@ use crate::outbox::store::{ClaimedRow, FailedRow, OutboxStore};
 use crate::supervision::Supervision;
 use actix::prelude::*;
 use chrono::Utc;
+use futures::channel::mpsc;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -63,6 +64,9 @@ pub struct Claimer {
     rows: HashMap<i64, RowMeta>,
     /// Outcomes waiting for the next mark.
     settled: Vec<PublishOutcome>,
+    /// Where each key's outcomes arrive (see [`Claimer::dispatch`]); replaced on restart, so
+    /// outcomes of an earlier incarnation's rows are dropped with its stream.
+    outcomes: mpsc::UnboundedSender<Vec<PublishOutcome>>,
     /// A mark is running.
     marking: bool,
     /// What this claimer last wrote to `outbox_shard_state.idle`.
@@ -97,6 +101,8 @@ impl Claimer {
             in_flight: 0,
             rows: HashMap::new(),
             settled: Vec::new(),
+            // Replaced by `started` before the first claim.
+            outcomes: mpsc::unbounded().0,
             marking: false,
             idle_flagged: false,
             empty_polls: 0,
@@ -143,7 +149,7 @@ impl Claimer {
                                 act.set_idle(false, ctx);
                             }
                             let full = rows.len() >= act.config.claim_batch_size as usize;
-                            act.dispatch(rows, claim_started, ctx);
+                            act.dispatch(rows, claim_started);
                             if full || act.config.claim_linger_millis == 0 {
                                 act.claim(ctx);
                             } else {
@@ -228,12 +234,7 @@ impl Claimer {
 
     /// Enqueues every key's rows to its publisher now (so keys see batches in claim order);
     /// each key's outcomes are marked as soon as they arrive.
-    fn dispatch(
-        &mut self,
-        rows: Vec<ClaimedRow>,
-        claimed_at: std::time::Instant,
-        ctx: &mut Context<Self>,
-    ) {
+    fn dispatch(&mut self, rows: Vec<ClaimedRow>, claimed_at: std::time::Instant) {
         self.in_flight += rows.len();
         for r in &rows {
             let key = PublisherKey {
@@ -250,12 +251,17 @@ impl Claimer {
                 },
             );
         }
+        // Each key's outcomes come back through one stream, not as a future spawned on this
+        // context per key: actix polls every future of a context each time the actor wakes,
+        // which with a thousand keys in flight cost more CPU than the publishing. The
+        // channel is unbounded but holds at most one message per key group in flight, which
+        // `max_in_flight_batches × claim_batch_size` bounds.
         for group in group_by_key(rows) {
             let outcomes = self.publishers.dispatch(group, claimed_at);
-            ctx.spawn(outcomes.into_actor(self).map(|outcomes, act, ctx| {
-                act.settled.extend(outcomes);
-                act.mark(ctx);
-            }));
+            let sender = self.outcomes.clone();
+            actix::spawn(async move {
+                let _ = sender.unbounded_send(outcomes.await);
+            });
         }
     }
 
@@ -466,6 +472,9 @@ impl Actor for Claimer {
         self.in_flight = 0;
         self.rows.clear();
         self.settled.clear();
+        let (sender, receiver) = mpsc::unbounded();
+        self.outcomes = sender;
+        ctx.add_stream(receiver);
         self.marking = false;
         self.empty_polls = 0;
         self.poll_timer = None;
@@ -482,6 +491,16 @@ impl Supervised for Claimer {
             self.escalated = true;
         }
     }
+}
+
+impl StreamHandler<Vec<PublishOutcome>> for Claimer {
+    fn handle(&mut self, outcomes: Vec<PublishOutcome>, ctx: &mut Self::Context) {
+        self.settled.extend(outcomes);
+        self.mark(ctx);
+    }
+
+    /// The stream ends only when this incarnation's sender is dropped, i.e. never while it runs.
+    fn finished(&mut self, _ctx: &mut Self::Context) {}
 }
 
 impl Handler<OutboxNotified> for Claimer {

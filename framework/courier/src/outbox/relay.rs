@@ -50,6 +50,7 @@ pub enum RelayError {
 /// The running actor tree, for callers inside its actix System.
 pub struct RelayActors {
     pub instance_id: Uuid,
+    pub store: Arc<OutboxStore>,
     pub shard_owner: Addr<ShardOwner>,
     pub listener: Addr<NotifyListener>,
 }
@@ -71,7 +72,7 @@ pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActor
     ));
     let instance_id = Uuid::new_v4();
     let parts = ClaimerParts {
-        store,
+        store: store.clone(),
         publishers,
         relay: Arc::new(config.relay.clone()),
         config: config.clone(),
@@ -105,6 +106,7 @@ pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActor
     tracing::info!(instance = %instance_id, shards = config.relay.shard_count, "relay started");
     Ok(RelayActors {
         instance_id,
+        store,
         shard_owner,
         listener,
     })
@@ -114,6 +116,7 @@ pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActor
 pub struct RelayHandle {
     pub instance_id: Uuid,
     thread: SystemThread,
+    store: Arc<OutboxStore>,
     shard_owner: Addr<ShardOwner>,
     /// Held so the supervisor keeps restarting the listener: an actix supervisor gives up on
     /// an actor nobody holds an address of.
@@ -135,6 +138,7 @@ impl Relay {
         Ok(RelayHandle {
             instance_id: actors.instance_id,
             thread,
+            store: actors.store,
             shard_owner: actors.shard_owner,
             _listener: actors.listener,
         })
@@ -145,6 +149,11 @@ impl RelayHandle {
     /// Shards this relay owns now.
     pub async fn owned_shards(&self) -> Vec<u32> {
         self.shard_owner.send(OwnedShards).await.unwrap_or_default()
+    }
+
+    /// Rows this relay marked published since it started.
+    pub fn published(&self) -> u64 {
+        self.store.published_total()
     }
 
     /// Stops at once: nothing is drained or marked (what a crash does).

@@ -3,6 +3,9 @@
 
 use crate::db::{render, DbError, PgPool};
 use chrono::{DateTime, Utc};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -43,6 +46,9 @@ pub struct FailedRow {
 pub struct OutboxStore {
     pool: PgPool,
     claim: String,
+    ensure_shard_state: String,
+    /// Shards whose state row this store has made sure of.
+    ensured: Mutex<HashSet<u32>>,
     mark_published: String,
     mark_failed: String,
     release: String,
@@ -50,6 +56,8 @@ pub struct OutboxStore {
     heartbeat: String,
     deregister: String,
     backlog: String,
+    /// Rows this store marked published (a relay's progress, read without a query).
+    published: AtomicU64,
 }
 
 /// Gauges read from the outbox table.
@@ -66,6 +74,8 @@ impl OutboxStore {
         Self {
             pool,
             claim: render(include_str!("queries/claim.sql"), schema),
+            ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
+            ensured: Mutex::default(),
             mark_published: render(include_str!("queries/mark_published.sql"), schema),
             mark_failed: render(include_str!("queries/mark_failed.sql"), schema),
             release: render(include_str!("queries/release.sql"), schema),
@@ -73,6 +83,7 @@ impl OutboxStore {
             heartbeat: render(include_str!("queries/heartbeat.sql"), schema),
             deregister: render(include_str!("queries/deregister.sql"), schema),
             backlog: render(include_str!("queries/backlog.sql"), schema),
+            published: AtomicU64::new(0),
         }
     }
 
@@ -104,6 +115,17 @@ impl OutboxStore {
     ) -> Result<Vec<ClaimedRow>, DbError> {
         let context = format!("claim batch for shard {shard}");
         let conn = self.conn(&context).await?;
+        if !self.is_ensured(shard) {
+            // Without its state row a claim still keeps keys in order, but makes the costly
+            // contested check every time.
+            conn.execute(&self.ensure_shard_state, &[&shard_param(shard)])
+                .await
+                .map_err(DbError::query(format!("create state row of shard {shard}")))?;
+            self.ensured
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(shard);
+        }
         let rows = conn
             .query(
                 &self.claim,
@@ -142,6 +164,13 @@ impl OutboxStore {
         Ok(claimed)
     }
 
+    fn is_ensured(&self, shard: u32) -> bool {
+        self.ensured
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&shard)
+    }
+
     /// Marks `seqs` published; returns how many rows `token` still owned.
     pub async fn mark_published(&self, seqs: &[i64], token: Uuid) -> Result<u64, DbError> {
         if seqs.is_empty() {
@@ -149,9 +178,17 @@ impl OutboxStore {
         }
         let context = format!("mark {} rows published", seqs.len());
         let conn = self.conn(&context).await?;
-        conn.execute(&self.mark_published, &[&seqs, &token])
+        let marked = conn
+            .execute(&self.mark_published, &[&seqs, &token])
             .await
-            .map_err(DbError::query(context))
+            .map_err(DbError::query(context))?;
+        self.published.fetch_add(marked, Ordering::Relaxed);
+        Ok(marked)
+    }
+
+    /// Rows marked published through this store so far.
+    pub fn published_total(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
     }
 
     /// Records failures; returns how many rows `token` still owned.

@@ -4,15 +4,34 @@
 --
 -- Head of line: no version may overtake an earlier unpublished one of its key.
 -- * Rows behind a parked row (dead, or waiting for its retry) are skipped while choosing
---   candidates, so a parked key never stalls the shard.
--- * Of the first $5 candidates, rows behind a row held by another owner's live claim are left
---   for later (the window bounds that work). Rows behind this owner's own claims are taken:
---   its publishers keep each key in claim order and give back, untried, any row that would
---   overtake a failure not yet recorded here.
--- Both checks probe outbox_blocking, which holds only claimed, retrying and dead rows.
+--   candidates, so a parked key never stalls the shard (outbox_parked holds only those rows).
+-- * Rows behind a row held by another owner's live claim are left for later. Such claims exist
+--   only while the shard is contested: after its claim token changed (takeover, restart, or
+--   two owners at once), until the other tokens' claims expire. `owner` records this token and
+--   says whether the shard is contested; only then is the (costlier) check made. Rows behind this owner's own claims are
+--   taken: its publishers keep each key in claim order and give back, untried, any row that
+--   would overtake a failure not yet recorded here.
 -- Lookups by seq say `published_at IS NULL` (true of every claimed row) so they can use
--- outbox_unpublished_seq, the handle index that holds no history.
-WITH candidates AS (
+-- outbox_unpublished_seq, the handle index that holds no history. No index names lock_token or
+-- locked_at, so the claim's UPDATE is a HOT update (0008_hot_claims.sql).
+WITH changed AS (
+    -- When the shard's claim token changes, the shard is contested until the last live claim
+    -- of any other token ends (found by one scan of the shard's unpublished rows, only then).
+    UPDATE {schema}.outbox_shard_state s
+    SET claim_token = $2,
+        contested_until = (SELECT max(f.locked_at) + make_interval(secs => $3)
+                           FROM {schema}.outbox f
+                           WHERE f.shard = $1 AND f.published_at IS NULL AND f.lock_token <> $2)
+    WHERE s.shard = $1 AND s.claim_token IS DISTINCT FROM $2
+    RETURNING s.contested_until
+), owner AS (
+    -- NULL without a state row (never ensured, see OutboxStore::claim): the check then runs.
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM changed)
+                THEN coalesce((SELECT contested_until FROM changed) > now(), false)
+                ELSE (SELECT coalesce(st.contested_until > now(), false)
+                      FROM {schema}.outbox_shard_state st WHERE st.shard = $1)
+           END AS contested
+), candidates AS (
     SELECT o.seq, o.aggregate_id, o.version
     FROM {schema}.outbox o
     WHERE o.shard = $1
@@ -28,7 +47,7 @@ WITH candidates AS (
             AND e.aggregate_id = o.aggregate_id
             AND e.version < o.version
             AND e.published_at IS NULL
-            AND (e.lock_token IS NOT NULL OR e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
+            AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
             AND (e.dead_at IS NOT NULL OR e.next_retry_at > now()))
     ORDER BY o.seq
     LIMIT $5
@@ -36,15 +55,15 @@ WITH candidates AS (
     SELECT o.seq
     FROM {schema}.outbox o
     JOIN candidates c ON c.seq = o.seq AND o.published_at IS NULL
-    WHERE NOT EXISTS (
+    -- An OR, not a plain NOT EXISTS: PostgreSQL then runs the probe per candidate only when
+    -- the shard is contested (an anti join would scan for it every time).
+    WHERE NOT (SELECT contested FROM owner)
+       OR NOT EXISTS (
           SELECT 1
           FROM {schema}.outbox e
-          WHERE e.shard = $1
-            AND e.aggregate_id = c.aggregate_id
+          WHERE e.aggregate_id = c.aggregate_id
             AND e.version < c.version
             AND e.published_at IS NULL
-            AND (e.lock_token IS NOT NULL OR e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
-            AND e.lock_token IS NOT NULL
             AND e.lock_token <> $2
             AND e.locked_at >= now() - make_interval(secs => $3))
     ORDER BY o.seq
