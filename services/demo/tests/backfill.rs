@@ -24,24 +24,12 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{run_options, TestStack, FLOW};
+use support::{create_video, run_options, TestStack, FLOW};
 use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 /// (title, version, deleted) per video.
 type Videos = BTreeMap<Uuid, (String, i64, bool)>;
-
-async fn create_video(catalog: &Api, title: &str) -> anyhow::Result<Uuid> {
-    let body = json!({ "uploader_id": Uuid::new_v4(), "title": title, "duration_secs": 300 });
-    let reply = catalog.post("/videos", &body).await?;
-    anyhow::ensure!(
-        reply.status == 201,
-        "create: {} {}",
-        reply.status,
-        reply.body
-    );
-    Ok(reply.text("aggregate_id").parse()?)
-}
 
 async fn rename(catalog: &Api, video: Uuid, title: &str) -> anyhow::Result<()> {
     let reply = catalog

@@ -11,20 +11,8 @@ use courier_testkit::wait_until;
 use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use support::{run_options, TestStack, FLOW, TOKEN};
+use support::{create_video, run_options, TestStack, FLOW, TOKEN};
 use uuid::Uuid;
-
-async fn create_video(catalog: &Api, title: &str) -> anyhow::Result<Uuid> {
-    let body = json!({ "uploader_id": Uuid::new_v4(), "title": title, "duration_secs": 300 });
-    let reply = catalog.post("/videos", &body).await?;
-    anyhow::ensure!(
-        reply.status == 201,
-        "create: {} {}",
-        reply.status,
-        reply.body
-    );
-    Ok(reply.text("aggregate_id").parse()?)
-}
 
 /// Waits until the engagement service accepts a view of `video` (its replica has it).
 async fn view_when_replicated(engagement: &Api, video: Uuid, user: Uuid) -> anyhow::Result<i64> {

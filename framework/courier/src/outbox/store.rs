@@ -115,16 +115,13 @@ impl OutboxStore {
     ) -> Result<Vec<ClaimedRow>, DbError> {
         let context = format!("claim batch for shard {shard}");
         let conn = self.conn(&context).await?;
-        if !self.is_ensured(shard) {
+        if !self.ensured().contains(&shard) {
             // Without its state row a claim still keeps keys in order, but makes the costly
             // contested check every time.
             conn.execute(&self.ensure_shard_state, &[&shard_param(shard)])
                 .await
                 .map_err(DbError::query(format!("create state row of shard {shard}")))?;
-            self.ensured
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(shard);
+            self.ensured().insert(shard);
         }
         let rows = conn
             .query(
@@ -164,11 +161,11 @@ impl OutboxStore {
         Ok(claimed)
     }
 
-    fn is_ensured(&self, shard: u32) -> bool {
+    fn ensured(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        // The set only caches "this row exists": a panic elsewhere cannot leave it wrong.
         self.ensured
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(&shard)
     }
 
     /// Marks `seqs` published; returns how many rows `token` still owned.

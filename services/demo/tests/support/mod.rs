@@ -11,8 +11,10 @@ use courier::CourierConfig;
 use courier_demo::client::Api;
 use courier_demo::stack::{self, Stack};
 use courier_testkit::{test_config, TestDb, TestPubSub};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use uuid::Uuid;
 
 pub const TOKEN: &str = "test-token-0123456789";
 
@@ -154,3 +156,16 @@ impl Drop for TestStack {
 
 /// How long a test waits for the other service to see an event.
 pub const FLOW: Duration = Duration::from_secs(30);
+
+/// Creates a video through catalog's API; returns its id.
+pub async fn create_video(catalog: &Api, title: &str) -> anyhow::Result<Uuid> {
+    let body = json!({ "uploader_id": Uuid::new_v4(), "title": title, "duration_secs": 300 });
+    let reply = catalog.post("/videos", &body).await?;
+    anyhow::ensure!(
+        reply.status == 201,
+        "create: {} {}",
+        reply.status,
+        reply.body
+    );
+    Ok(reply.text("aggregate_id").parse()?)
+}
