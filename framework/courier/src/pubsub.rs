@@ -23,6 +23,9 @@ pub enum PubSubError {
         context: String,
         source: google_cloud_gax::client_builder::Error,
     },
+    /// The runtime a client was being built on stopped (the process is shutting down).
+    #[error("{context}: the client runtime stopped: {reason}")]
+    Stopped { context: String, reason: String },
 }
 
 impl PubSubError {
@@ -31,7 +34,7 @@ impl PubSubError {
     pub fn is_transient(&self) -> bool {
         match self {
             PubSubError::Rpc { source, .. } => is_transient_rpc(source),
-            PubSubError::Build { .. } => false,
+            PubSubError::Build { .. } | PubSubError::Stopped { .. } => false,
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::keyed_actors::Queued;
 use crate::keyed_actors::{KeyedActors, Refused};
 use crate::outbox::attributes::{self, RequiredFields};
 use crate::outbox::store::ClaimedRow;
-use crate::pubsub::{is_transient_rpc, PubSub};
+use crate::pubsub::{is_transient_rpc, PubSub, PubSubError};
 use actix::prelude::*;
 use dashmap::DashMap;
 use google_cloud_pubsub::client::Publisher;
@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
 use tokio::sync::{oneshot, OnceCell};
 
 /// How long the client may gather messages into a batch before sending.
@@ -107,16 +108,19 @@ pub struct PublisherSettings {
 pub struct Publishers {
     pubsub: PubSub,
     settings: PublisherSettings,
+    /// Where the topic clients are built, so their background work runs there.
+    client_runtime: Handle,
     /// One client per topic, built once even when many keys ask at the same time.
     clients: DashMap<String, Arc<OnceCell<Publisher>>>,
     live: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
 }
 
 impl Publishers {
-    pub fn new(pubsub: PubSub, settings: PublisherSettings) -> Self {
+    pub fn new(pubsub: PubSub, settings: PublisherSettings, client_runtime: Handle) -> Self {
         Self {
             pubsub,
             settings,
+            client_runtime,
             clients: DashMap::new(),
             live: Arc::new(KeyedActors::new("key_publisher")),
         }
@@ -189,6 +193,7 @@ impl Publishers {
             key: key.clone(),
             client,
             pubsub: self.pubsub.clone(),
+            client_runtime: self.client_runtime.clone(),
             settings: self.settings.clone(),
             registry: self.live.clone(),
             queued,
@@ -201,6 +206,22 @@ impl Publishers {
         }
         .start()
     }
+}
+
+/// Builds a topic's client on `runtime`, where the client then spawns its background work.
+async fn build_client(
+    runtime: Handle,
+    pubsub: PubSub,
+    topic: String,
+) -> Result<Publisher, PubSubError> {
+    let context = format!("publisher for topic {topic}");
+    runtime
+        .spawn(async move { pubsub.publisher(&topic, CLIENT_BATCH_DELAY).await })
+        .await
+        .map_err(|e| PubSubError::Stopped {
+            context,
+            reason: e.to_string(),
+        })?
 }
 
 fn not_tried(seqs: &[i64]) -> Vec<PublishOutcome> {
@@ -255,6 +276,7 @@ pub struct KeyPublisher {
     key: PublisherKey,
     client: Arc<OnceCell<Publisher>>,
     pubsub: PubSub,
+    client_runtime: Handle,
     settings: PublisherSettings,
     /// To leave the registry when passivating.
     registry: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
@@ -307,10 +329,11 @@ impl KeyPublisher {
                 let cell = self.client.clone();
                 let pubsub = self.pubsub.clone();
                 let topic = self.key.topic.clone();
+                let runtime = self.client_runtime.clone();
                 // `wait`: nothing else of this key may happen before the client exists.
                 ctx.wait(
                     async move {
-                        cell.get_or_try_init(|| pubsub.publisher(&topic, CLIENT_BATCH_DELAY))
+                        cell.get_or_try_init(|| build_client(runtime, pubsub, topic))
                             .await
                             .map(|_| ())
                     }

@@ -55,8 +55,12 @@ pub struct RelayActors {
     pub listener: Addr<NotifyListener>,
 }
 
-/// Starts the relay's actors on the current actix System.
-pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActors, RelayError> {
+/// Starts the relay's actors on the current actix System; its Pub/Sub clients run on `clients`.
+pub fn start(
+    config: &CourierConfig,
+    options: RelayOptions,
+    clients: tokio::runtime::Handle,
+) -> Result<RelayActors, RelayError> {
     let config = Arc::new(config.clone());
     let pool = crate::db::relay_pool(&config.database, "courier-relay")?;
     let store = Arc::new(OutboxStore::new(pool, &config.database.schema));
@@ -69,6 +73,7 @@ pub fn start(config: &CourierConfig, options: RelayOptions) -> Result<RelayActor
             park_expiry: config.relay.claim_lease(),
             fault: options.publish_fault.clone(),
         },
+        clients,
     ));
     let instance_id = Uuid::new_v4();
     let parts = ClaimerParts {
@@ -131,10 +136,9 @@ impl Relay {
     pub fn spawn(config: &CourierConfig, options: RelayOptions) -> Result<RelayHandle, RelayError> {
         let config = config.clone();
         let (thread, actors) =
-            SystemThread::spawn(
-                "courier-relay",
-                move || async move { start(&config, options) },
-            )?;
+            SystemThread::spawn_with_clients("courier-relay", move |clients| async move {
+                start(&config, options, clients)
+            })?;
         Ok(RelayHandle {
             instance_id: actors.instance_id,
             thread,
