@@ -9,13 +9,13 @@
 use crate::fixtures::{poll_until_done, publish_bounded};
 use crate::report::{Rate, Ratio, Report};
 use anyhow::Context as _;
+use courier::db::PgTransaction;
 use courier::inbound::{
     Consumer, ConsumerOptions, ConsumerSpec, EventMeta, HandlerError, Projection, VersionedUpsert,
 };
 use courier::pubsub::SubscriptionSpec;
 use courier_testkit::{test_config, unique_name, TestDb, TestPubSub};
 use std::time::{Duration, Instant};
-use tokio_postgres::Transaction;
 
 #[derive(clap::Args)]
 pub struct ProjectArgs {
@@ -62,7 +62,7 @@ impl Projection for BenchVideos {
 
     async fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &Change,
     ) -> Result<(), HandlerError> {
@@ -76,7 +76,7 @@ impl Projection for BenchVideos {
     /// `Projection::apply_group` is for).
     async fn apply_group(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         events: &[(&EventMeta, &Change)],
     ) -> Result<(), HandlerError> {
         match events.iter().max_by_key(|(meta, _)| meta.version) {

@@ -10,9 +10,9 @@
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
+use courier::db::PgTransaction;
 use courier::inbound::{EventMeta, HandlerError, Projection, VersionedUpsert};
 use courier::outbox::{NewEvent, Outbox};
-use tokio_postgres::Transaction;
 
 /// Creates the workload's tables (idempotent).
 pub const SCHEMA: &str = "
@@ -142,7 +142,7 @@ impl Projection for LoadProjection {
 
     async fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &ValueSet,
     ) -> Result<(), HandlerError> {
@@ -156,11 +156,13 @@ impl Projection for LoadProjection {
         self.upsert
             .execute(tx, &[&meta.aggregate_id, &event.value], meta.version)
             .await?;
-        tx.execute(
-            "INSERT INTO load.applied (aggregate_id, version, intended_at) VALUES ($1, $2, $3)",
-            &[&meta.aggregate_id, &meta.version, &intended_at],
-        )
-        .await?;
+        let record = tx
+            .prepared(
+                "INSERT INTO load.applied (aggregate_id, version, intended_at) VALUES ($1, $2, $3)",
+            )
+            .await?;
+        tx.execute(&record, &[&meta.aggregate_id, &meta.version, &intended_at])
+            .await?;
         Ok(())
     }
 }

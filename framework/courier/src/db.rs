@@ -3,15 +3,152 @@
 
 use crate::config::DatabaseConfig;
 use bb8_postgres::PostgresConnectionManager;
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, GenericClient, NoTls, Statement, Transaction};
 
 /// The pool every framework component shares.
-pub type PgPool = bb8::Pool<PostgresConnectionManager<NoTls>>;
+pub type PgPool = bb8::Pool<CachingManager>;
 
 /// A connection checked out of a [`PgPool`].
-pub type PooledClient<'a> = bb8::PooledConnection<'a, PostgresConnectionManager<NoTls>>;
+pub type PooledClient<'a> = bb8::PooledConnection<'a, CachingManager>;
+
+/// A pooled connection: the client (it derefs to it) and the statements prepared on it.
+pub struct PgConnection {
+    client: Client,
+    statements: StatementCache,
+}
+
+impl PgConnection {
+    /// `sql` prepared on this connection: parsed, analysed and (after a few runs) planned once
+    /// per connection instead of once per execution. Use it for the hot, fixed statements.
+    pub async fn prepared(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        self.statements.prepare(&self.client, sql).await
+    }
+
+    /// Begins a transaction that prepares through this connection's cache.
+    pub async fn transaction(&mut self) -> Result<PgTransaction<'_>, tokio_postgres::Error> {
+        Ok(PgTransaction {
+            tx: self.client.transaction().await?,
+            statements: &self.statements,
+        })
+    }
+}
+
+/// A transaction on a pooled connection (it derefs to tokio-postgres's `Transaction`) that
+/// can run statements prepared once per connection. Projection handlers receive one.
+pub struct PgTransaction<'a> {
+    tx: Transaction<'a>,
+    statements: &'a StatementCache,
+}
+
+impl PgTransaction<'_> {
+    /// `sql` prepared on the connection (see [`PgConnection::prepared`]). Server-side
+    /// statements outlive transactions, so one prepared in a rolled-back transaction stays
+    /// usable. Name result columns: a cached `SELECT *` fails once its table gains a column.
+    pub async fn prepared(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        self.statements.prepare(&self.tx, sql).await
+    }
+
+    pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
+        self.tx.commit().await
+    }
+
+    pub async fn rollback(self) -> Result<(), tokio_postgres::Error> {
+        self.tx.rollback().await
+    }
+}
+
+impl<'a> Deref for PgTransaction<'a> {
+    type Target = Transaction<'a>;
+    fn deref(&self) -> &Transaction<'a> {
+        &self.tx
+    }
+}
+
+impl<'a> DerefMut for PgTransaction<'a> {
+    fn deref_mut(&mut self) -> &mut Transaction<'a> {
+        &mut self.tx
+    }
+}
+
+impl Deref for PgConnection {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl DerefMut for PgConnection {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+/// Prepared statements of one connection by SQL text. Server-side prepared statements live
+/// as long as their session, so the cache lives with the connection. Bounded: past
+/// [`StatementCache::CAPACITY`] texts, further ones are prepared for each use.
+#[derive(Default)]
+struct StatementCache {
+    statements: Mutex<HashMap<String, Statement>>,
+}
+
+impl StatementCache {
+    /// Far more than the framework's and a service's fixed statements.
+    const CAPACITY: usize = 256;
+
+    /// The statement for `sql`, prepared through `client` (the connection's client or a
+    /// transaction on it) the first time.
+    async fn prepare(
+        &self,
+        client: &impl GenericClient,
+        sql: &str,
+    ) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self.lock().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare(sql).await?;
+        let mut statements = self.lock();
+        if statements.len() < Self::CAPACITY {
+            statements.insert(sql.to_owned(), statement.clone());
+        }
+        Ok(statement)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Statement>> {
+        // The map is valid whatever a panicking holder was doing: entries are inserted whole.
+        self.statements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// bb8's manager for [`PgConnection`]s: tokio-postgres connections with a statement cache.
+#[derive(Debug)]
+pub struct CachingManager(PostgresConnectionManager<NoTls>);
+
+impl bb8::ManageConnection for CachingManager {
+    type Connection = PgConnection;
+    type Error = tokio_postgres::Error;
+
+    async fn connect(&self) -> Result<PgConnection, tokio_postgres::Error> {
+        Ok(PgConnection {
+            client: self.0.connect().await?,
+            statements: StatementCache::default(),
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut PgConnection) -> Result<(), tokio_postgres::Error> {
+        self.0.is_valid(&mut conn.client).await
+    }
+
+    fn has_broken(&self, conn: &mut PgConnection) -> bool {
+        self.0.has_broken(&mut conn.client)
+    }
+}
 
 /// A database failure with what was being done. The message carries the driver's whole error
 /// chain, because tokio-postgres alone says only "db error" for a server error.
@@ -157,7 +294,7 @@ pub fn relay_pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, 
 }
 
 fn build_pool(config: &DatabaseConfig, pg: tokio_postgres::Config) -> Result<PgPool, DbError> {
-    let manager = PostgresConnectionManager::new(pg, NoTls);
+    let manager = CachingManager(PostgresConnectionManager::new(pg, NoTls));
     Ok(bb8::Pool::builder()
         .max_size(config.pool_size)
         .connection_timeout(Duration::from_secs(config.connect_timeout_secs))

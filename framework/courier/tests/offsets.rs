@@ -16,7 +16,7 @@ fn store() -> OffsetStore {
 
 async fn save(
     store: &OffsetStore,
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &courier::db::PgTransaction<'_>,
     message_id: &str,
     publish_time: DateTime<Utc>,
 ) -> anyhow::Result<()> {

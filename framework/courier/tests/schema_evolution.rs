@@ -5,6 +5,7 @@
 
 mod support;
 
+use courier::db::PgTransaction;
 use courier::inbound::{
     Consumer, ConsumerOptions, ConsumerSpec, EventMeta, HandlerError, Projection, VersionedUpsert,
 };
@@ -13,7 +14,6 @@ use courier_testkit::wait_until;
 use std::sync::Arc;
 use std::time::Duration;
 use support::{read_setup, TestEvent, Videos};
-use tokio_postgres::Transaction;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -38,7 +38,7 @@ impl Projection for Subtitled {
 
     async fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &ChangeV2,
     ) -> Result<(), HandlerError> {

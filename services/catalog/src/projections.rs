@@ -2,9 +2,9 @@
 //! service's events. Each event sets the columns it is about through a versioned upsert, so a
 //! duplicate, a replay or a late redelivery never moves a row backwards.
 
+use courier::db::PgTransaction;
 use courier::inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpsert};
 use courier_proto::engagement::v1::{event::Payload, Event};
-use tokio_postgres::Transaction;
 use uuid::Uuid;
 
 const TABLE: &str = "video_user_engagements_projection";
@@ -50,7 +50,7 @@ impl Projection for VideoUserEngagements {
 
     async fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &Event,
     ) -> Result<(), HandlerError> {

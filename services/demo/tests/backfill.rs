@@ -6,7 +6,7 @@
 mod support;
 
 use courier::backfill::{Backfill, BackfillError, BackfillSource, BoxFuture, Step};
-use courier::db::DbError;
+use courier::db::{DbError, PgTransaction};
 use courier::inbound::{
     uuid_field, Consumer, ConsumerSpec, EventMeta, HandlerError, Projection, VersionedUpsert,
 };
@@ -143,7 +143,7 @@ impl Projection for SearchIndex {
 
     async fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &Event,
     ) -> Result<(), HandlerError> {

@@ -3,9 +3,9 @@
 //! deletes are versioned upserts; an update changes only the fields it carries, and only over
 //! an older version.
 
+use courier::db::PgTransaction;
 use courier::inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpsert};
 use courier_proto::catalog::v1::{event::Payload, Event, VideoStatus};
-use tokio_postgres::Transaction;
 
 const TABLE: &str = "videos_replica";
 
@@ -48,7 +48,7 @@ impl VideosReplica {
     /// Writes `state` over an older version of the row (or inserts it).
     async fn upsert_whole(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         state: WholeState<'_>,
         version: i64,
     ) -> Result<(), HandlerError> {
@@ -95,7 +95,7 @@ impl Projection for VideosReplica {
 
     async fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &Event,
     ) -> Result<(), HandlerError> {

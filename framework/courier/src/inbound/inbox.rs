@@ -1,11 +1,9 @@
 //! The inbox: one row per (consumer group, event) applied, written in the projection's
 //! transaction, so a redelivered or duplicated event is recognised and has no second effect.
 
-use crate::db::{render, DbError};
+use crate::db::{render, DbError, PgTransaction};
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
-use tokio_postgres::types::Type;
-use tokio_postgres::Transaction;
 use uuid::Uuid;
 
 #[derive(Debug, Clone)]
@@ -24,25 +22,21 @@ impl Inbox {
     /// recorded before: only those may take effect.
     pub async fn record(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         group: &str,
         events: &[(Uuid, DateTime<Utc>)],
     ) -> Result<HashSet<Uuid>, DbError> {
         let ids: Vec<Uuid> = events.iter().map(|e| e.0).collect();
         let times: Vec<DateTime<Utc>> = events.iter().map(|e| e.1).collect();
-        let rows = tx
-            .query_typed(
-                &self.insert,
-                &[
-                    (&group, Type::TEXT),
-                    (&ids, Type::UUID_ARRAY),
-                    (&times, Type::TIMESTAMPTZ_ARRAY),
-                ],
-            )
+        let context = || format!("record inbox rows of group {group}");
+        let insert = tx
+            .prepared(&self.insert)
             .await
-            .map_err(DbError::query(format!(
-                "record inbox rows of group {group}"
-            )))?;
+            .map_err(DbError::query(context()))?;
+        let rows = tx
+            .query(&insert, &[&group, &ids, &times])
+            .await
+            .map_err(DbError::query(context()))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 }

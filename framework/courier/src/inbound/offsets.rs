@@ -1,11 +1,9 @@
 //! Consumer offsets: how far a consumer group is, saved in every projection transaction,
 //! loaded for operators, and reset (audited) to replay from a point in time with a Seek.
 
-use crate::db::{render, DbError, PgPool};
+use crate::db::{render, DbError, PgPool, PgTransaction};
 use crate::outbox::shard::shard_of;
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
-use tokio_postgres::Transaction;
 
 /// Where a consumer group is.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -64,7 +62,7 @@ impl OffsetStore {
     /// from its publish time to now. A lane never moves backwards.
     pub async fn save(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         group: &str,
         subscription: &str,
         position: Position<'_>,
@@ -74,20 +72,25 @@ impl OffsetStore {
         let lag_millis = (Utc::now() - position.publish_time)
             .num_milliseconds()
             .max(0);
-        tx.execute_typed(
-            &self.save,
+        let context = || format!("save offset of group {group}");
+        let save = tx
+            .prepared(&self.save)
+            .await
+            .map_err(DbError::query(context()))?;
+        tx.execute(
+            &save,
             &[
-                (&group, Type::TEXT),
-                (&lane, Type::INT4),
-                (&subscription, Type::TEXT),
-                (&position.message_id, Type::TEXT),
-                (&position.publish_time, Type::TIMESTAMPTZ),
-                (&lag_millis, Type::INT8),
-                (&instance, Type::TEXT),
+                &group,
+                &lane,
+                &subscription,
+                &position.message_id,
+                &position.publish_time,
+                &lag_millis,
+                &instance,
             ],
         )
         .await
-        .map_err(DbError::query(format!("save offset of group {group}")))?;
+        .map_err(DbError::query(context()))?;
         Ok(lag_millis)
     }
 

@@ -2,13 +2,10 @@
 //! [`VersionedUpsert`] helper that makes applying an event idempotent and order-safe.
 
 use crate::config::is_identifier;
-use crate::db::DbError;
+use crate::db::{DbError, PgTransaction};
 use crate::inbound::delivery::EventMeta;
 use std::future::Future;
-use std::sync::Arc;
-use tokio::sync::OnceCell;
-use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Transaction;
+use tokio_postgres::types::ToSql;
 
 /// A failed handler call, split the way the projector must react.
 #[derive(Debug, thiserror::Error)]
@@ -80,10 +77,11 @@ pub trait Projection: Send + Sync + 'static {
     }
 
     /// Applies one event in `tx`. Must be idempotent by effect for replays (use
-    /// [`VersionedUpsert`]); must not commit or roll back.
+    /// [`VersionedUpsert`]); must not commit or roll back. Run fixed statements through
+    /// [`PgTransaction::prepared`]: they are then parsed and planned once per connection.
     fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &Self::Event,
     ) -> impl Future<Output = Result<(), HandlerError>>;
@@ -95,7 +93,7 @@ pub trait Projection: Send + Sync + 'static {
     /// group then costs one statement instead of one per event.
     fn apply_group(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         events: &[(&EventMeta, &Self::Event)],
     ) -> impl Future<Output = Result<(), HandlerError>> {
         async move {
@@ -118,10 +116,6 @@ pub struct VersionedUpsert {
     params: usize,
     /// Label of the version-lag gauge (a fixed, small set: the service's tables).
     table: String,
-    /// The parameter types the server inferred, learned by preparing the statement once. Each
-    /// execution then sends them along (`query_typed`): one round trip per event instead of a
-    /// prepare and an execute.
-    param_types: Arc<OnceCell<Vec<Type>>>,
 }
 
 /// What a versioned upsert did.
@@ -188,7 +182,6 @@ impl VersionedUpsert {
             sql,
             params: columns.len(),
             table: table.into(),
-            param_types: Arc::default(),
         })
     }
 
@@ -196,7 +189,7 @@ impl VersionedUpsert {
     /// Records the version lag (incoming − stored) of the table.
     pub async fn execute(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         values: &[&(dyn ToSql + Sync)],
         version: i64,
     ) -> Result<UpsertOutcome, HandlerError> {
@@ -208,21 +201,14 @@ impl VersionedUpsert {
                 values.len()
             )));
         }
-        let types = self
-            .param_types
-            .get_or_try_init(|| async {
-                tx.prepare(&self.sql)
-                    .await
-                    .map(|statement| statement.params().to_vec())
-            })
-            .await?;
-        let params: Vec<(&(dyn ToSql + Sync), Type)> = values
+        // Prepared once per connection: one round trip per event, no parse or plan.
+        let statement = tx.prepared(&self.sql).await?;
+        let params: Vec<&(dyn ToSql + Sync)> = values
             .iter()
             .copied()
             .chain([&version as &(dyn ToSql + Sync)])
-            .zip(types.iter().cloned())
             .collect();
-        let rows = tx.query_typed(&self.sql, &params).await?;
+        let rows = tx.query(&statement, &params).await?;
         let row = rows.first().ok_or_else(|| {
             HandlerError::Permanent(format!(
                 "versioned upsert on {} returned no row",

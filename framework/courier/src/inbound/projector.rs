@@ -17,7 +17,7 @@
 //! applied.
 
 use crate::backoff::Backoff;
-use crate::db::DbError;
+use crate::db::{DbError, PgConnection};
 use crate::inbound::consumer::ConsumerParts;
 use crate::inbound::delivery::{Delivery, EventMeta};
 use crate::inbound::offsets::Position;
@@ -305,7 +305,7 @@ async fn apply<P: Projection>(
 
 async fn transact<P: Projection>(
     parts: &ConsumerParts<P>,
-    client: &mut tokio_postgres::Client,
+    client: &mut PgConnection,
     group: &[Delivery<P::Event>],
 ) -> Result<usize, TransactionFailure> {
     let group_name = &parts.spec.group;

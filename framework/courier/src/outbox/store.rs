@@ -1,12 +1,13 @@
 //! The relay's SQL: claim, mark, release, shard state, heartbeat, backlog gauges.
 //! Queries live in `queries/*.sql`, rendered once for the configured schema.
 
-use crate::db::{render, DbError, PgPool};
+use crate::db::{render, DbError, PgPool, PooledClient};
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+use tokio_postgres::Statement;
 use uuid::Uuid;
 
 /// How many candidate rows per claimed row a claim may look at before giving up for now.
@@ -91,17 +92,26 @@ impl OutboxStore {
         &self.pool
     }
 
-    async fn conn(
-        &self,
-        context: &str,
-    ) -> Result<
-        bb8::PooledConnection<'_, bb8_postgres::PostgresConnectionManager<tokio_postgres::NoTls>>,
-        DbError,
-    > {
+    async fn conn(&self, context: &str) -> Result<PooledClient<'_>, DbError> {
         self.pool
             .get()
             .await
             .map_err(DbError::pool(context.to_string()))
+    }
+
+    /// A connection and `sql` prepared on it: the per-batch statements skip parsing and
+    /// planning, and the extra round trip an unprepared statement costs.
+    async fn conn_prepared(
+        &self,
+        sql: &str,
+        context: &str,
+    ) -> Result<(PooledClient<'_>, Statement), DbError> {
+        let conn = self.conn(context).await?;
+        let statement = conn
+            .prepared(sql)
+            .await
+            .map_err(DbError::query(format!("prepare: {context}")))?;
+        Ok((conn, statement))
     }
 
     /// Claims up to `limit` rows of `shard` for `token`, in claim order, choosing among the
@@ -114,7 +124,7 @@ impl OutboxStore {
         limit: u32,
     ) -> Result<Vec<ClaimedRow>, DbError> {
         let context = format!("claim batch for shard {shard}");
-        let conn = self.conn(&context).await?;
+        let (conn, claim) = self.conn_prepared(&self.claim, &context).await?;
         if !self.ensured().contains(&shard) {
             // Without its state row a claim still keeps keys in order, but makes the costly
             // contested check every time.
@@ -125,7 +135,7 @@ impl OutboxStore {
         }
         let rows = conn
             .query(
-                &self.claim,
+                &claim,
                 &[
                     &shard_param(shard),
                     &token,
@@ -174,9 +184,9 @@ impl OutboxStore {
             return Ok(0);
         }
         let context = format!("mark {} rows published", seqs.len());
-        let conn = self.conn(&context).await?;
+        let (conn, mark_published) = self.conn_prepared(&self.mark_published, &context).await?;
         let marked = conn
-            .execute(&self.mark_published, &[&seqs, &token])
+            .execute(&mark_published, &[&seqs, &token])
             .await
             .map_err(DbError::query(context))?;
         self.published.fetch_add(marked, Ordering::Relaxed);
@@ -198,13 +208,10 @@ impl OutboxStore {
         let retry_at: Vec<Option<DateTime<Utc>>> = failed.iter().map(|f| f.retry_at).collect();
         let dead: Vec<bool> = failed.iter().map(|f| f.dead).collect();
         let context = format!("record {} failed publishes", failed.len());
-        let conn = self.conn(&context).await?;
-        conn.execute(
-            &self.mark_failed,
-            &[&seqs, &errors, &retry_at, &dead, &token],
-        )
-        .await
-        .map_err(DbError::query(context))
+        let (conn, mark_failed) = self.conn_prepared(&self.mark_failed, &context).await?;
+        conn.execute(&mark_failed, &[&seqs, &errors, &retry_at, &dead, &token])
+            .await
+            .map_err(DbError::query(context))
     }
 
     /// Releases `seqs` without counting an attempt.
@@ -213,8 +220,8 @@ impl OutboxStore {
             return Ok(0);
         }
         let context = format!("release {} rows", seqs.len());
-        let conn = self.conn(&context).await?;
-        conn.execute(&self.release, &[&seqs, &token])
+        let (conn, release) = self.conn_prepared(&self.release, &context).await?;
+        conn.execute(&release, &[&seqs, &token])
             .await
             .map_err(DbError::query(context))
     }

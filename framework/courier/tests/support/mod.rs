@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+use courier::db::PgTransaction;
 use courier::inbound::{
     Consumer, ConsumerHandle, ConsumerOptions, ConsumerSpec, EventMeta, HandlerError, Projection,
     VersionedUpsert,
@@ -16,7 +17,6 @@ use google_cloud_pubsub::model::Message;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_postgres::Transaction;
 use uuid::Uuid;
 
 /// The payload of the test events.
@@ -81,7 +81,7 @@ impl Projection for Videos {
 
     async fn apply(
         &self,
-        tx: &Transaction<'_>,
+        tx: &PgTransaction<'_>,
         meta: &EventMeta,
         event: &Change,
     ) -> Result<(), HandlerError> {
@@ -110,12 +110,13 @@ impl Projection for Videos {
         self.upsert
             .execute(tx, &[&meta.aggregate_id, &event.title], meta.version)
             .await?;
-        tx.execute(
-            "INSERT INTO app.effects (event_id, applications) VALUES ($1, 1)
-             ON CONFLICT (event_id) DO UPDATE SET applications = app.effects.applications + 1",
-            &[&meta.event_id],
-        )
-        .await?;
+        let count_effect = tx
+            .prepared(
+                "INSERT INTO app.effects (event_id, applications) VALUES ($1, 1)
+                 ON CONFLICT (event_id) DO UPDATE SET applications = app.effects.applications + 1",
+            )
+            .await?;
+        tx.execute(&count_effect, &[&meta.event_id]).await?;
         Ok(())
     }
 }

@@ -1,0 +1,73 @@
+//! The per-connection statement cache against real PostgreSQL: a statement is prepared once
+//! per connection, survives the transaction that prepared it, and the cache stays bounded.
+
+use courier::db::PgConnection;
+use courier_testkit::TestDb;
+
+const SUM: &str = "SELECT $1::int + 1";
+/// Followed by a number, the text of one of many distinct statements.
+const DISTINCT: &str = "SELECT $1::int -";
+
+/// Named statements on `conn`'s session whose text starts with `prefix`.
+async fn prepared_on_session(conn: &PgConnection, prefix: &str) -> anyhow::Result<i64> {
+    let row = conn
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE starts_with(statement, $1)",
+            &[&prefix],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+#[tokio::test]
+async fn a_statement_is_prepared_once_per_connection() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let mut conn = db.pool.get().await?;
+    for n in 0..3 {
+        let sum = conn.prepared(SUM).await?;
+        let row = conn.query_one(&sum, &[&n]).await?;
+        assert_eq!(row.get::<_, i32>(0), n + 1);
+    }
+    let tx = conn.transaction().await?;
+    let sum = tx.prepared(SUM).await?;
+    assert_eq!(tx.query_one(&sum, &[&41]).await?.get::<_, i32>(0), 42);
+    tx.commit().await?;
+    assert_eq!(prepared_on_session(&conn, SUM).await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_statement_prepared_in_a_failed_transaction_stays_usable() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let mut conn = db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    let sum = tx.prepared(SUM).await?;
+    tx.query_one(&sum, &[&1]).await?;
+    // Abort the transaction, then roll it back: the server keeps protocol-level statements.
+    assert!(tx.execute("SELECT 1/0", &[]).await.is_err());
+    tx.rollback().await?;
+    let sum = conn.prepared(SUM).await?;
+    assert_eq!(conn.query_one(&sum, &[&1]).await?.get::<_, i32>(0), 2);
+    assert_eq!(prepared_on_session(&conn, SUM).await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_cache_is_bounded() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let conn = db.pool.get().await?;
+    let distinct = 300;
+    for n in 0..distinct {
+        let sql = format!("{DISTINCT} {n}");
+        let statement = conn.prepared(&sql).await?;
+        let row = conn.query_one(&statement, &[&n]).await?;
+        assert_eq!(row.get::<_, i32>(0), 0);
+    }
+    // Those past the bound were closed when their last handle dropped; the cached ones stay.
+    let kept = prepared_on_session(&conn, DISTINCT).await?;
+    assert!(
+        kept > 0 && kept < i64::from(distinct),
+        "{kept} of {distinct} statements kept"
+    );
+    Ok(())
+}
