@@ -1,7 +1,8 @@
 //! `drain`: how fast the relay empties a filled outbox into the emulator, against the two
 //! ceilings measured in the same run on the same rows and messages:
 //! - the emulator's raw publish rate through the official client, all messages in flight up to
-//!   a bound, with the same ordering keys and attributes;
+//!   a bound, with the same ordering keys and attributes, after warming the emulator's JVM up
+//!   on the same messages (cold, it publishes at half its warm rate or less);
 //! - PostgreSQL's raw claim-and-mark: one statement claiming 200 rows `FOR UPDATE SKIP LOCKED`
 //!   and marking them published, no publishing.
 //!
@@ -10,7 +11,10 @@
 //! outbox without history, and reports the ratio: the claim must not slow down as history
 //! grows (goal ≥ 0.9).
 
-use crate::fixtures::{events, fill, poll_until_done, progress, publish_bounded, set_shards_idle};
+use crate::fixtures::{
+    events, fill, poll_until_done, progress, publish_bounded, set_shards_idle, warm_up_emulator,
+    warm_up_note, WARM_UP_MAX_ROUNDS,
+};
 use crate::report::{Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes;
@@ -41,6 +45,11 @@ pub struct DrainArgs {
     /// Concurrent sessions running the raw claim-and-mark.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     claim_sessions: u32,
+    /// Rounds of the same messages published to a scratch topic before the raw publish ceiling
+    /// is measured, stopping early once a round is less than 10 % faster than the one before
+    /// (0: measure the cold emulator, whose JVM publishes at a fraction of its warm rate).
+    #[arg(long, default_value_t = WARM_UP_MAX_ROUNDS, value_parser = clap::value_parser!(u32).range(0..=20))]
+    warm_up_rounds: u32,
     /// Unacknowledged publishes allowed at once in the raw publish ceiling.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     publish_in_flight: u32,
@@ -77,6 +86,13 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     .await?;
     drop(claim_db);
 
+    let warm_up = warm_up_emulator(
+        &pubsub,
+        || messages(&events),
+        events.len() as u64,
+        args.warm_up_rounds,
+    )
+    .await?;
     let raw_publish = raw_publish(
         &pubsub,
         &raw_topic,
@@ -132,9 +148,11 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
             ),
             ("history".into(), args.history.to_string()),
             ("rounds".into(), args.rounds.to_string()),
+            ("warm_up_rounds".into(), args.warm_up_rounds.to_string()),
         ],
         rates: report_rates,
         ratios,
+        notes: vec![warm_up_note(&warm_up, events.len() as u64)],
         ..Default::default()
     })
 }
@@ -310,16 +328,10 @@ async fn raw_publish(
     in_flight: usize,
 ) -> anyhow::Result<Rate> {
     let publisher = pubsub.client().publisher(topic, CLIENT_BATCH_DELAY).await?;
-    let messages = events.iter().map(|e| {
-        Message::new()
-            .set_data(e.payload.clone())
-            .set_ordering_key(e.aggregate_id.clone())
-            .set_attributes(attributes::for_event(e))
-    });
     let started = Instant::now();
     let acknowledged = publish_bounded(
         &publisher,
-        messages,
+        messages(events),
         events.len() as u64,
         in_flight,
         "published (raw client)",
@@ -331,6 +343,16 @@ async fn raw_publish(
         acknowledged,
         seconds,
     ))
+}
+
+/// The messages the relay would publish for `events`: same data, ordering keys and attributes.
+fn messages(events: &[NewEvent]) -> impl Iterator<Item = Message> + '_ {
+    events.iter().map(|e| {
+        Message::new()
+            .set_data(e.payload.clone())
+            .set_ordering_key(e.aggregate_id.clone())
+            .set_attributes(attributes::for_event(e))
+    })
 }
 
 /// The relay's rate: start it on the filled outbox and wait until every row is published.

@@ -4,7 +4,9 @@
 //! - the emulator: publish rate with 1,000 ordering keys and without, StreamingPull
 //!   receive-and-ack per stream count, and publish → receive latency at a fixed rate.
 
-use crate::fixtures::{poll_until_done, progress, publish_bounded};
+use crate::fixtures::{
+    poll_until_done, progress, publish_bounded, warm_up_emulator, warm_up_note, WARM_UP_MAX_ROUNDS,
+};
 use crate::report::{Latency, Rate, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes::{self, RequiredFields};
@@ -26,6 +28,11 @@ pub struct LimitsArgs {
     /// Messages per emulator publish probe.
     #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(100..=2_000_000))]
     pub messages: u64,
+    /// Rounds of the keyed probe's messages published before the publish probes, stopping
+    /// early once a round is less than 10 % faster than the one before (0: probe the cold
+    /// emulator, whose JVM publishes at a fraction of its warm rate).
+    #[arg(long, default_value_t = WARM_UP_MAX_ROUNDS, value_parser = clap::value_parser!(u32).range(0..=20))]
+    pub warm_up_rounds: u32,
     /// Stream counts for the receive probes.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
     pub streams: Vec<u32>,
@@ -43,6 +50,13 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<Report> {
             rates.push(pg_insert_rate(&db, clients, events_per_tx, args.seconds).await?);
         }
     }
+    let warm_up = warm_up_emulator(
+        &pubsub,
+        || keyed_messages(args.messages, Some(1_000)),
+        args.messages,
+        args.warm_up_rounds,
+    )
+    .await?;
     rates.push(raw_publish_rate(&pubsub, args.messages, Some(1_000)).await?);
     rates.push(raw_publish_rate(&pubsub, args.messages, None).await?);
     for &streams in &args.streams {
@@ -56,9 +70,11 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<Report> {
             ("seconds_per_probe".into(), args.seconds.to_string()),
             ("messages_per_probe".into(), args.messages.to_string()),
             ("latency_rate".into(), args.latency_rate.to_string()),
+            ("warm_up_rounds".into(), args.warm_up_rounds.to_string()),
         ],
         rates,
         latency: Some(latency),
+        notes: vec![warm_up_note(&warm_up, args.messages)],
         ..Default::default()
     })
 }
@@ -156,7 +172,13 @@ pub async fn publish_messages(
         .publisher(topic, courier::outbox::publisher::CLIENT_BATCH_DELAY)
         .await?;
     let started = Instant::now();
-    let messages = (0..count).map(|i| {
+    publish_bounded(&publisher, keyed_messages(count, keys), count, 10_000, what).await?;
+    Ok(Rate::new(what, count, started.elapsed().as_secs_f64()))
+}
+
+/// `count` ~200-byte messages round-robin over `keys` ordering keys (`None`: no ordering key).
+fn keyed_messages(count: u64, keys: Option<u64>) -> impl Iterator<Item = Message> {
+    (0..count).map(move |i| {
         let key_no = keys.map_or(i, |k| i % k);
         let key = format!("video-{key_no:06}");
         let version = keys.map_or(1, |k| i64::try_from(i / k).unwrap_or(i64::MAX - 1) + 1);
@@ -166,9 +188,7 @@ pub async fn publish_messages(
         } else {
             m
         }
-    });
-    publish_bounded(&publisher, messages, count, 10_000, what).await?;
-    Ok(Rate::new(what, count, started.elapsed().as_secs_f64()))
+    })
 }
 
 /// The emulator's publish ceiling through the official client.
