@@ -94,7 +94,7 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
                 Variant::NoWakeups => Outbox::new(&config).without_wakeups(),
                 _ => Outbox::new(&config),
             };
-            let rate = measure(&db, &Arc::new(outbox), &config, *variant, round, &args).await?;
+            let rate = measure(&Arc::new(outbox), &config, *variant, round, &args).await?;
             if rate.per_second > best[i] {
                 best[i] = rate.per_second;
                 runs[i] = rate;
@@ -127,23 +127,26 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
 }
 
 async fn measure(
-    db: &TestDb,
     outbox: &Arc<Outbox>,
     config: &courier::CourierConfig,
     variant: Variant,
     round: u32,
     args: &AppendArgs,
 ) -> anyhow::Result<Rate> {
+    let mut database = config.database.clone();
+    database.pool_size = args.clients.max(2);
+    let pool = courier::db::pool(&database, "courier-load append")?;
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();
     let mut writers = Vec::new();
     for client_no in 0..args.clients {
-        let mut client = db.client().await?;
+        // A pooled connection, as a service's handler has: appends on it run prepared.
+        let mut client = pool.get_owned().await.context("writer connection")?;
         let outbox = outbox.clone();
         let shard_count = config.relay.shard_count;
         writers.push(tokio::spawn(async move {
-            let plain = client.prepare(PLAIN_INSERT).await?;
-            let business = client.prepare(BUSINESS_ROW).await?;
+            let plain = client.prepared(PLAIN_INSERT).await?;
+            let business = client.prepared(BUSINESS_ROW).await?;
             let mut committed = 0u64;
             while Instant::now() < deadline {
                 let key = format!("v{}-{round}-{client_no}-{committed}", variant as u8);

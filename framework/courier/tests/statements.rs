@@ -1,7 +1,10 @@
 //! The per-connection statement cache against real PostgreSQL: a statement is prepared once
-//! per connection, survives the transaction that prepared it, and the cache stays bounded.
+//! per connection, survives the transaction that prepared it, and the cache stays bounded;
+//! outbox appends on a pooled transaction use it.
 
 use courier::db::PgConnection;
+use courier::outbox::{NewEvent, Outbox};
+use courier::CourierConfig;
 use courier_testkit::TestDb;
 
 const SUM: &str = "SELECT $1::int + 1";
@@ -69,5 +72,44 @@ async fn the_cache_is_bounded() -> anyhow::Result<()> {
         kept > 0 && kept < i64::from(distinct),
         "{kept} of {distinct} statements kept"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn appends_on_a_pooled_transaction_run_prepared_and_plain_transactions_still_append(
+) -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let config = CourierConfig {
+        database: db.config.clone(),
+        ..Default::default()
+    };
+    let event = |version| NewEvent::new("t.events", "video", "v-1", "E", version, vec![1u8]);
+    let outbox = Outbox::new(&config);
+    let quiet = Outbox::new(&config).without_wakeups();
+    let mut conn = db.pool.get().await?;
+    for version in 1..=3 {
+        let tx = conn.transaction().await?;
+        outbox.append(&tx, event(version)).await?;
+        tx.commit().await?;
+    }
+    let tx = conn.transaction().await?;
+    quiet.append(&tx, event(4)).await?;
+    tx.commit().await?;
+    // One statement with the wake-up, one without; each prepared once on this session.
+    assert_eq!(prepared_on_session(&conn, "WITH inserted AS").await?, 1);
+    assert_eq!(prepared_on_session(&conn, "-- Appends events").await?, 1);
+
+    // A plain tokio-postgres transaction has no cache: the same append, parsed each time.
+    let mut plain = db.client().await?;
+    let tx = plain.transaction().await?;
+    outbox.append(&tx, event(5)).await?;
+    tx.commit().await?;
+    let versions: Vec<i64> = conn
+        .query("SELECT version FROM courier.outbox ORDER BY seq", &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The write side: appending events in the caller's transaction, and the relay that publishes
 //! them to Pub/Sub in per-key order.
 //!
-//! - [`append`]: `Outbox::append` / `append_all` inside a tokio-postgres transaction.
+//! - [`append`]: `Outbox::append` / `append_all` inside the caller's transaction.
 //! - [`event`], [`attributes`]: what an event is and the attributes it is published with.
 //! - [`relay`]: starts the actor tree below.
 //! - [`notify_listener`] → [`shard_owner`] → [`claimer`] → [`publisher`]: the actors.
@@ -19,6 +19,6 @@ pub mod shard;
 pub mod shard_owner;
 pub mod store;
 
-pub use append::{AppendError, Appended, Outbox};
+pub use append::{AppendError, AppendTransaction, Appended, Outbox};
 pub use event::{InvalidEvent, NewEvent};
 pub use relay::{Relay, RelayHandle, RelayOptions};
