@@ -6,11 +6,17 @@
 //! - PostgreSQL's raw claim-and-mark: one statement claiming 200 rows `FOR UPDATE SKIP LOCKED`
 //!   and marking them published, no publishing.
 //!
+//! Each of the three phases also reports what it cost the machine in CPU per event. The
+//! ceilings are measured with the machine to themselves; the relay does the work of both on
+//! the same cores, so the report adds the bound that sets: the cores divided by the two
+//! ceilings' CPU per event together.
+//!
 //! With `--history N` it also drains the same events from an outbox that already holds N
 //! published rows (what the table looks like between retention runs), after the drain of an
 //! outbox without history, and reports the ratio: the claim must not slow down as history
 //! grows (goal ≥ 0.9).
 
+use crate::cpu::{cores, shared_machine_bound, CpuMeter};
 use crate::fixtures::{
     events, fill, poll_until_done, progress, publish_bounded, set_shards_idle, warm_up_emulator,
     warm_up_note, WARM_UP_MAX_ROUNDS,
@@ -76,6 +82,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     let mut config = test_config(&claim_db, &pubsub);
     config.relay.shard_count = args.shards;
     fill(&claim_db, &config, &events, "rows for claim-and-mark").await?;
+    let meter = CpuMeter::start(&pubsub.host);
     let claim_and_mark = raw_claim_and_mark(
         &claim_db,
         args.shards,
@@ -84,6 +91,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         events.len() as u64,
     )
     .await?;
+    let claim_cpu = meter.stop();
     drop(claim_db);
 
     let warm_up = warm_up_emulator(
@@ -93,6 +101,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         args.warm_up_rounds,
     )
     .await?;
+    let meter = CpuMeter::start(&pubsub.host);
     let raw_publish = raw_publish(
         &pubsub,
         &raw_topic,
@@ -100,6 +109,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         args.publish_in_flight as usize,
     )
     .await?;
+    let publish_cpu = meter.stop();
 
     let relay_db = TestDb::new().await?;
     let mut config = courier::CourierConfig {
@@ -115,15 +125,49 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     config.database.pool_size = args.shards * 2 + 4;
     fill(&relay_db, &config, &events, "rows for the relay").await?;
     set_shards_idle(&relay_db, args.shards, true).await?;
+    let meter = CpuMeter::start(&pubsub.host);
     let relay = relay_drain(&relay_db, &config, events.len() as u64, args.timeout_secs).await?;
+    let relay_cpu = meter.stop();
 
-    let mut ratios = vec![Ratio::to_lowest(
-        "relay / lower ceiling",
-        &relay,
-        &[&raw_publish, &claim_and_mark],
-        0.7,
-    )];
-    let mut report_rates = vec![raw_publish, claim_and_mark, relay];
+    let total = events.len() as u64;
+    let bound = Rate::new(
+        &format!(
+            "bound on this machine: {} cores ÷ (raw publish + claim-and-mark CPU per event)",
+            cores()
+        ),
+        total,
+        total as f64
+            / shared_machine_bound(
+                cores(),
+                &[publish_cpu.per_event(total), claim_cpu.per_event(total)],
+            ),
+    );
+    let mut ratios = vec![
+        Ratio::to_lowest(
+            "relay / lower ceiling",
+            &relay,
+            &[&raw_publish, &claim_and_mark],
+            0.7,
+        ),
+        Ratio::to_lowest(
+            "bound on this machine / lower ceiling",
+            &bound,
+            &[&raw_publish, &claim_and_mark],
+            0.0,
+        ),
+        Ratio::to_lowest("relay / bound on this machine", &relay, &[&bound], 0.0),
+    ];
+    let notes = vec![
+        warm_up_note(&warm_up, total),
+        publish_cpu.describe("emulator raw publish", total),
+        claim_cpu.describe("PostgreSQL raw claim-and-mark", total),
+        relay_cpu.describe("relay drain", total),
+        "bound on this machine: the most a relay could drain if each event cost the machine \
+         just what the raw publish and the raw claim-and-mark cost per event, measured alone, \
+         both done on the same cores"
+            .into(),
+    ];
+    let mut report_rates = vec![raw_publish, claim_and_mark, relay, bound];
     if args.history > 0 {
         let (rates, ratio) = history_rounds(&args, &config, &relay_db, &events).await?;
         report_rates.extend(rates);
@@ -152,7 +196,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         ],
         rates: report_rates,
         ratios,
-        notes: vec![warm_up_note(&warm_up, events.len() as u64)],
+        notes,
         ..Default::default()
     })
 }

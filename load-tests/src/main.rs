@@ -16,6 +16,7 @@ mod baseline;
 mod chaos;
 mod chart;
 mod checker;
+mod cpu;
 mod drain;
 mod drive;
 mod fixtures;
