@@ -6,17 +6,19 @@
 //! - PostgreSQL's raw claim-and-mark: one statement claiming 200 rows `FOR UPDATE SKIP LOCKED`
 //!   and marking them published, no publishing.
 //!
-//! Each of the three phases also reports what it cost the machine in CPU per event. The
-//! ceilings are measured with the machine to themselves; the relay does the work of both on
-//! the same cores, so the report adds the bound that sets: the cores divided by the two
-//! ceilings' CPU per event together.
+//! Each phase also reports what it cost the machine in CPU per event. The ceilings are
+//! measured with the machine to themselves; the relay does the work of both on the same
+//! cores, so the report adds the bound that sets: the cores divided by the two ceilings' CPU
+//! per event together. A further phase runs the relay's own claim and mark statements without
+//! publishing (two statements and a lock token where the ceiling has one statement); the same
+//! bound computed with it is what the relay's design can reach on this machine.
 //!
 //! With `--history N` it also drains the same events from an outbox that already holds N
 //! published rows (what the table looks like between retention runs), after the drain of an
 //! outbox without history, and reports the ratio: the claim must not slow down as history
 //! grows (goal ≥ 0.9).
 
-use crate::cpu::{cores, shared_machine_bound, CpuMeter};
+use crate::cpu::{cores, shared_machine_bound, CpuMeter, CpuUse};
 use crate::fixtures::{
     events, fill, poll_until_done, progress, publish_bounded, set_shards_idle, warm_up_emulator,
     warm_up_note, WARM_UP_MAX_ROUNDS,
@@ -25,10 +27,14 @@ use crate::report::{Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes;
 use courier::outbox::publisher::CLIENT_BATCH_DELAY;
+use courier::outbox::store::OutboxStore;
 use courier::outbox::{NewEvent, Relay, RelayOptions};
 use courier_testkit::{test_config, TestDb, TestPubSub};
 use google_cloud_pubsub::model::Message;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use uuid::Uuid;
 
 #[derive(clap::Args)]
 pub struct DrainArgs {
@@ -94,6 +100,28 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     let claim_cpu = meter.stop();
     drop(claim_db);
 
+    let statements_db = TestDb::new().await?;
+    let mut config = test_config(&statements_db, &pubsub);
+    config.relay.shard_count = args.shards;
+    config.relay.claim_batch_size = args.batch;
+    fill(
+        &statements_db,
+        &config,
+        &events,
+        "rows for claim, then mark",
+    )
+    .await?;
+    let meter = CpuMeter::start(&pubsub.host);
+    let claim_then_mark = raw_claim_then_mark(
+        &statements_db,
+        &config,
+        args.claim_sessions,
+        events.len() as u64,
+    )
+    .await?;
+    let statements_cpu = meter.stop();
+    drop(statements_db);
+
     let warm_up = warm_up_emulator(
         &pubsub,
         || messages(&events),
@@ -130,44 +158,65 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     let relay_cpu = meter.stop();
 
     let total = events.len() as u64;
-    let bound = Rate::new(
+    let bound = |name: &str, database_cpu: &CpuUse| {
+        let per_event = [publish_cpu.per_event(total), database_cpu.per_event(total)];
+        let rate = shared_machine_bound(cores(), &per_event);
+        Rate::new(name, total, total as f64 / rate)
+    };
+    let machine_bound = bound(
         &format!(
             "bound on this machine: {} cores ÷ (raw publish + claim-and-mark CPU per event)",
             cores()
         ),
-        total,
-        total as f64
-            / shared_machine_bound(
-                cores(),
-                &[publish_cpu.per_event(total), claim_cpu.per_event(total)],
-            ),
+        &claim_cpu,
     );
+    let design_bound = bound(
+        "bound of the relay's statements: the same with claim, then mark",
+        &statements_cpu,
+    );
+    let ceilings = [&raw_publish, &claim_and_mark];
     let mut ratios = vec![
-        Ratio::to_lowest(
-            "relay / lower ceiling",
-            &relay,
-            &[&raw_publish, &claim_and_mark],
-            0.7,
-        ),
+        Ratio::to_lowest("relay / lower ceiling", &relay, &ceilings, 0.7),
         Ratio::to_lowest(
             "bound on this machine / lower ceiling",
-            &bound,
-            &[&raw_publish, &claim_and_mark],
+            &machine_bound,
+            &ceilings,
             0.0,
         ),
-        Ratio::to_lowest("relay / bound on this machine", &relay, &[&bound], 0.0),
+        Ratio::to_lowest(
+            "bound of the relay's statements / lower ceiling",
+            &design_bound,
+            &ceilings,
+            0.0,
+        ),
+        Ratio::to_lowest(
+            "relay / bound of the relay's statements",
+            &relay,
+            &[&design_bound],
+            0.0,
+        ),
     ];
     let notes = vec![
         warm_up_note(&warm_up, total),
         publish_cpu.describe("emulator raw publish", total),
         claim_cpu.describe("PostgreSQL raw claim-and-mark", total),
+        statements_cpu.describe("PostgreSQL claim, then mark", total),
         relay_cpu.describe("relay drain", total),
         "bound on this machine: the most a relay could drain if each event cost the machine \
          just what the raw publish and the raw claim-and-mark cost per event, measured alone, \
-         both done on the same cores"
+         both done on the same cores; bound of the relay's statements: the same with the \
+         relay's claim and mark (two statements, a lock token, nothing in flight) instead of \
+         the single claim-and-mark"
             .into(),
     ];
-    let mut report_rates = vec![raw_publish, claim_and_mark, relay, bound];
+    let mut report_rates = vec![
+        raw_publish,
+        claim_and_mark,
+        claim_then_mark,
+        relay,
+        machine_bound,
+        design_bound,
+    ];
     if args.history > 0 {
         let (rates, ratio) = history_rounds(&args, &config, &relay_db, &events).await?;
         report_rates.extend(rates);
@@ -321,47 +370,98 @@ async fn raw_claim_and_mark(
         UPDATE courier.outbox o
         SET published_at = now(), publish_attempts = o.publish_attempts + 1
         FROM claimed WHERE o.seq = claimed.seq AND o.published_at IS NULL";
-    let bar = progress(total, "claimed and marked (raw PostgreSQL)");
+    let mut database = db.config.clone();
+    database.pool_size = sessions.max(2);
+    let pool = courier::db::pool(&database, "courier-load claim-and-mark")?;
+    let step = move |shard: u32| {
+        let pool = pool.clone();
+        async move {
+            let conn = pool.get().await.context("claim-and-mark connection")?;
+            let statement = conn.prepared(CLAIM_AND_MARK).await?;
+            let shard = i32::try_from(shard)?;
+            Ok(conn
+                .execute(&statement, &[&i64::from(batch), &shard])
+                .await?)
+        }
+    };
+    let what = "PostgreSQL raw claim-and-mark";
+    drain_shards(shards, sessions, total, what, step).await
+}
+
+/// What the relay's own statements cost PostgreSQL without publishing: `sessions` sessions of
+/// the relay's pool settings, each owning every `sessions`-th shard, claiming a batch with a
+/// lock token (`OutboxStore::claim`, head-of-line check included) and marking it published
+/// at once (`OutboxStore::mark_published`), until their shards are empty. No rows wait
+/// between claim and mark, so this is the least the relay's database work can cost.
+async fn raw_claim_then_mark(
+    db: &TestDb,
+    config: &courier::CourierConfig,
+    sessions: u32,
+    total: u64,
+) -> anyhow::Result<Rate> {
+    let mut database = db.config.clone();
+    database.pool_size = sessions.max(2);
+    let pool = courier::db::relay_pool(&database, "courier-load claim-then-mark")?;
+    let store = Arc::new(OutboxStore::new(pool, &database.schema));
+    let (lease, batch) = (config.relay.claim_lease(), config.relay.claim_batch_size);
+    let token = Uuid::new_v4();
+    let step = move |shard: u32| {
+        let store = store.clone();
+        async move {
+            let rows = store.claim(shard, token, lease, batch).await?;
+            let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+            Ok(store.mark_published(&seqs, token).await?)
+        }
+    };
+    let what = "PostgreSQL claim, then mark (the relay's statements)";
+    drain_shards(config.relay.shard_count, sessions, total, what, step).await
+}
+
+/// Runs `sessions` workers at once, each owning every `sessions`-th shard and calling
+/// `step(shard)` on its shards in turn until a call returns 0 rows (that shard is empty);
+/// checks that `total` rows were done and returns the rate.
+async fn drain_shards<F, Fut>(
+    shards: u32,
+    sessions: u32,
+    total: u64,
+    what: &str,
+    step: F,
+) -> anyhow::Result<Rate>
+where
+    F: Fn(u32) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = anyhow::Result<u64>> + Send,
+{
+    let bar = progress(total, what);
     let started = Instant::now();
     let mut workers = Vec::new();
     for session in 0..sessions {
-        let client = db.client().await?;
-        let bar = bar.clone();
-        let mut mine: Vec<i32> = (session..shards)
-            .step_by(sessions as usize)
-            .map(|s| s as i32)
-            .collect();
+        let (bar, step) = (bar.clone(), step.clone());
+        let mut mine: Vec<u32> = (session..shards).step_by(sessions as usize).collect();
         workers.push(tokio::spawn(async move {
-            let statement = client.prepare(CLAIM_AND_MARK).await?;
-            let mut marked = 0u64;
+            let mut done = 0u64;
             while !mine.is_empty() {
                 let mut still_busy = Vec::with_capacity(mine.len());
                 for shard in mine {
-                    let n = client
-                        .execute(&statement, &[&i64::from(batch), &shard])
-                        .await?;
+                    let n = step(shard).await?;
                     if n > 0 {
                         still_busy.push(shard);
                     }
-                    marked += n;
+                    done += n;
                     bar.inc(n);
                 }
                 mine = still_busy;
             }
-            anyhow::Ok(marked)
+            anyhow::Ok(done)
         }));
     }
-    let mut marked = 0;
+    let mut done = 0;
     for worker in workers {
-        marked += worker.await.context("claim worker panicked")??;
+        done += worker.await.context("shard worker panicked")??;
     }
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    anyhow::ensure!(
-        marked == total,
-        "raw claim-and-mark marked {marked} of {total} rows"
-    );
-    Ok(Rate::new("PostgreSQL raw claim-and-mark", marked, seconds))
+    anyhow::ensure!(done == total, "{what}: {done} of {total} rows");
+    Ok(Rate::new(what, done, seconds))
 }
 
 /// The emulator's ceiling: the same messages published straight through the official client.
