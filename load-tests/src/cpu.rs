@@ -6,7 +6,7 @@
 //! costs per event says how far the machine can take the pipeline at all: see
 //! [`shared_machine_bound`].
 
-use crate::processes::{find_process, parse_stat, read_process, TICKS_PER_SECOND};
+use crate::processes::{find_process, read_process, TICKS_PER_SECOND};
 use std::time::Instant;
 
 /// CPU counters at the start of a phase.
@@ -27,7 +27,7 @@ pub struct CpuUse {
     pub emulator: f64,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Ticks {
     machine: u64,
     own: u64,
@@ -106,10 +106,7 @@ pub fn cores() -> f64 {
 fn read_ticks(emulator_pid: Option<u32>) -> Ticks {
     Ticks {
         machine: machine_busy_ticks().unwrap_or(0),
-        own: std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|stat| parse_stat(&stat))
-            .map_or(0, |r| r.cpu_ticks),
+        own: read_process(std::process::id()).map_or(0, |r| r.cpu_ticks),
         emulator: emulator_pid
             .and_then(read_process)
             .map_or(0, |r| r.cpu_ticks),
