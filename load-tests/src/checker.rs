@@ -2,24 +2,59 @@
 //! and the dead-letter subscription, and reports every violation of the pipeline's promises:
 //! - every committed write applied exactly once by effect (none lost, none twice, none
 //!   applied that was never committed);
-//! - the projection equal to the state computed from the committed writes;
-//! - no version regression seen by the poller that sampled the projection during the run;
+//! - per aggregate, effects in version order: from `load.applied`'s apply order, an effect of
+//!   version n+1 before version n is a violation (whole-state events hide it in the read
+//!   model, so it is read from the effect log);
+//! - the projection equal to the source of truth field by field (a delta applied out of
+//!   order leaves a wrong field);
 //! - the outbox drained, nothing dead;
 //! - the dead letters exactly the poison messages the run injected.
+//!
+//! A relay-only run ([`Scope::RelayOnly`]) has no consumer: there the relay's effect is the
+//! publish, read from the outbox, and the projection and order checks do not apply.
 
 use anyhow::Context as _;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 
+/// What part of the pipeline a run drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Writes → relay → Pub/Sub → consumer → projection.
+    EndToEnd,
+    /// Writes → relay → Pub/Sub, no consumer: an effect is a published outbox row.
+    RelayOnly,
+}
+
+/// An aggregate's state: in the source of truth or in the read model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct State {
+    pub aggregate_id: String,
+    pub version: i64,
+    pub fields: [String; 3],
+}
+
+/// One effect of the projection, in the order effects were applied (`seq`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    pub seq: i64,
+    pub aggregate_id: String,
+    pub version: i64,
+}
+
 /// What the checker reads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Facts {
-    /// Committed writes: `(aggregate, version, value)`.
-    pub writes: Vec<(String, i64, String)>,
-    /// The projection's effects: `(aggregate, version)`, one per handler run that committed.
-    pub applied: Vec<(String, i64)>,
-    /// The read model: `(aggregate, version, value)`.
-    pub projection: Vec<(String, i64, String)>,
+    pub scope: Scope,
+    /// Committed writes: `(aggregate, version)`.
+    pub writes: Vec<(String, i64)>,
+    /// The projection's effects, one per handler run that committed (relay-only: one per
+    /// published row).
+    pub applied: Vec<Effect>,
+    /// The source of truth (`load.source`).
+    pub source: Vec<State>,
+    /// The read model (`load.projection`).
+    pub projection: Vec<State>,
     /// Outbox rows neither published nor dead.
     pub outbox_pending: i64,
     pub outbox_dead: i64,
@@ -27,28 +62,40 @@ pub struct Facts {
     pub dead_letters: Vec<String>,
     /// Ids of the poison messages the run published.
     pub injected_poison: Vec<String>,
-    /// Version regressions the poller saw.
-    pub regressions: Vec<Regression>,
 }
 
-/// A projection row seen at a lower version than it had been seen at before.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Regression {
-    pub aggregate_id: String,
-    pub seen: i64,
-    pub then: i64,
+impl Facts {
+    pub fn new(scope: Scope) -> Self {
+        Self {
+            scope,
+            writes: Vec::new(),
+            applied: Vec::new(),
+            source: Vec::new(),
+            projection: Vec::new(),
+            outbox_pending: 0,
+            outbox_dead: 0,
+            dead_letters: Vec::new(),
+            injected_poison: Vec::new(),
+        }
+    }
 }
 
 /// The checker's findings: counts per promise, and examples of each violation.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Verdict {
+    pub scope: String,
     pub committed: u64,
     pub applied: u64,
     pub lost: u64,
     pub double_effects: u64,
     pub phantom_effects: u64,
+    /// Effects applied after an effect of a later version of the same aggregate.
+    pub order_violations: u64,
+    /// Read-model rows that differ from the source of truth (missing, behind, or a field).
     pub projection_mismatches: u64,
-    pub regressions: u64,
+    /// Fields that differ where the read model and the source agree on the version: a change
+    /// lost to an out-of-order apply.
+    pub wrong_fields: u64,
     pub outbox_pending: i64,
     pub outbox_dead: i64,
     pub unexpected_dead_letters: u64,
@@ -64,8 +111,8 @@ impl Verdict {
         self.lost
             + self.double_effects
             + self.phantom_effects
+            + self.order_violations
             + self.projection_mismatches
-            + self.regressions
             + u64::try_from(self.outbox_pending.max(0) + self.outbox_dead.max(0)).unwrap_or(0)
             + self.unexpected_dead_letters
             + self.missing_dead_letters
@@ -82,10 +129,17 @@ impl Verdict {
                 self.phantom_effects.to_string(),
             ),
             (
+                "out of order (applied after a later version)",
+                self.order_violations.to_string(),
+            ),
+            (
                 "projection rows ≠ source of truth",
                 self.projection_mismatches.to_string(),
             ),
-            ("version regressions observed", self.regressions.to_string()),
+            (
+                "  of which fields wrong at the same version",
+                self.wrong_fields.to_string(),
+            ),
             ("outbox rows not published", self.outbox_pending.to_string()),
             ("outbox rows dead", self.outbox_dead.to_string()),
             (
@@ -100,9 +154,13 @@ impl Verdict {
     }
 
     pub fn to_text(&self) -> String {
-        let mut out = format!("  checker: {} violation(s)\n", self.violations());
+        let mut out = format!(
+            "  checker ({}): {} violation(s)\n",
+            self.scope,
+            self.violations()
+        );
         for (name, value) in self.rows() {
-            out += &format!("    {name:<40} {value:>10}\n");
+            out += &format!("    {name:<46} {value:>10}\n");
         }
         for example in &self.examples {
             out += &format!("    ! {example}\n");
@@ -112,8 +170,9 @@ impl Verdict {
 
     pub fn to_markdown(&self) -> String {
         let mut out = format!(
-            "{} violation(s).\n\n| check | count |\n|---|---:|\n",
-            self.violations()
+            "{} violation(s) ({}).\n\n| check | count |\n|---|---:|\n",
+            self.violations(),
+            self.scope
         );
         for (name, value) in self.rows() {
             out += &format!("| {name} | {value} |\n");
@@ -128,34 +187,62 @@ impl Verdict {
     }
 }
 
+/// Collects up to [`EXAMPLES_PER_KIND`] examples of each kind of violation.
+#[derive(Default)]
+struct Examples(HashMap<&'static str, Vec<String>>);
+
+impl Examples {
+    fn add(&mut self, kind: &'static str, text: String) {
+        let list = self.0.entry(kind).or_default();
+        if list.len() < EXAMPLES_PER_KIND {
+            list.push(text);
+        }
+    }
+
+    fn into_sorted(self) -> Vec<String> {
+        let mut kinds: Vec<_> = self.0.into_iter().collect();
+        kinds.sort_by_key(|(kind, _)| *kind);
+        kinds.into_iter().flat_map(|(_, list)| list).collect()
+    }
+}
+
 /// Compares what was committed with what was applied and projected.
 pub fn judge(facts: &Facts) -> Verdict {
     let mut verdict = Verdict {
+        scope: match facts.scope {
+            Scope::EndToEnd => "end to end".into(),
+            Scope::RelayOnly => "relay only: an effect is a published row".into(),
+        },
         committed: facts.writes.len() as u64,
         applied: facts.applied.len() as u64,
         outbox_pending: facts.outbox_pending,
         outbox_dead: facts.outbox_dead,
-        regressions: facts.regressions.len() as u64,
         ..Default::default()
     };
-    let mut examples: HashMap<&'static str, Vec<String>> = HashMap::new();
-    let mut example = |kind: &'static str, text: String| {
-        let list = examples.entry(kind).or_default();
-        if list.len() < EXAMPLES_PER_KIND {
-            list.push(text);
-        }
-    };
-
-    let mut effects: HashMap<(&str, i64), u64> = HashMap::new();
-    for (aggregate, version) in &facts.applied {
-        *effects.entry((aggregate.as_str(), *version)).or_default() += 1;
+    let mut examples = Examples::default();
+    check_effects(facts, &mut verdict, &mut examples);
+    if facts.scope == Scope::EndToEnd {
+        check_order(&facts.applied, &mut verdict, &mut examples);
+        check_projection(facts, &mut verdict, &mut examples);
     }
-    let mut expected: HashMap<&str, (i64, &str)> = HashMap::new();
-    for (aggregate, version, value) in &facts.writes {
+    check_dead_letters(facts, &mut verdict, &mut examples);
+    verdict.examples = examples.into_sorted();
+    verdict
+}
+
+/// Lost, double and phantom effects.
+fn check_effects(facts: &Facts, verdict: &mut Verdict, examples: &mut Examples) {
+    let mut effects: HashMap<(&str, i64), u64> = HashMap::new();
+    for effect in &facts.applied {
+        *effects
+            .entry((effect.aggregate_id.as_str(), effect.version))
+            .or_default() += 1;
+    }
+    for (aggregate, version) in &facts.writes {
         match effects.remove(&(aggregate.as_str(), *version)) {
             None => {
                 verdict.lost += 1;
-                example(
+                examples.add(
                     "lost",
                     format!("lost: {aggregate} v{version} was committed, never applied"),
                 );
@@ -163,117 +250,170 @@ pub fn judge(facts: &Facts) -> Verdict {
             Some(1) => {}
             Some(n) => {
                 verdict.double_effects += n - 1;
-                example(
+                examples.add(
                     "double",
                     format!("double effect: {aggregate} v{version} applied {n} times"),
                 );
             }
         }
-        let latest = expected.entry(aggregate).or_insert((*version, value));
-        if *version > latest.0 {
-            *latest = (*version, value);
-        }
     }
     for ((aggregate, version), n) in effects {
         verdict.phantom_effects += n;
-        example(
+        examples.add(
             "phantom",
             format!("phantom: {aggregate} v{version} applied but never committed"),
         );
     }
+}
 
-    let mut projected: HashMap<&str, (i64, &str)> = facts
+/// Per aggregate, in apply order: an effect of a version below one already applied came
+/// after a later version.
+fn check_order(applied: &[Effect], verdict: &mut Verdict, examples: &mut Examples) {
+    let mut in_order: Vec<&Effect> = applied.iter().collect();
+    in_order.sort_by_key(|e| e.seq);
+    let mut highest: HashMap<&str, i64> = HashMap::new();
+    for effect in in_order {
+        let seen = highest.entry(effect.aggregate_id.as_str()).or_insert(0);
+        if effect.version < *seen {
+            verdict.order_violations += 1;
+            examples.add(
+                "order",
+                format!(
+                    "out of order: {} v{} applied after v{}",
+                    effect.aggregate_id, effect.version, seen
+                ),
+            );
+        } else {
+            *seen = effect.version;
+        }
+    }
+}
+
+/// The read model against the source of truth, field by field.
+fn check_projection(facts: &Facts, verdict: &mut Verdict, examples: &mut Examples) {
+    let mut projected: HashMap<&str, &State> = facts
         .projection
         .iter()
-        .map(|(a, v, value)| (a.as_str(), (*v, value.as_str())))
+        .map(|s| (s.aggregate_id.as_str(), s))
         .collect();
-    for (aggregate, want) in &expected {
-        match projected.remove(aggregate) {
-            Some(got) if got == *want => {}
-            Some(got) => {
-                verdict.projection_mismatches += 1;
-                example(
-                    "mismatch",
+    for want in &facts.source {
+        let aggregate = &want.aggregate_id;
+        let Some(got) = projected.remove(aggregate.as_str()) else {
+            verdict.projection_mismatches += 1;
+            examples.add(
+                "mismatch",
+                format!(
+                    "projection: {aggregate} is missing (source at v{})",
+                    want.version
+                ),
+            );
+            continue;
+        };
+        if got == want {
+            continue;
+        }
+        verdict.projection_mismatches += 1;
+        if got.version != want.version {
+            examples.add(
+                "mismatch",
+                format!(
+                    "projection: {aggregate} is at v{}, the source at v{}",
+                    got.version, want.version
+                ),
+            );
+            continue;
+        }
+        for (i, name) in crate::workload::FIELDS.iter().enumerate() {
+            if got.fields[i] != want.fields[i] {
+                verdict.wrong_fields += 1;
+                examples.add(
+                    "wrong field",
                     format!(
-                        "projection: {aggregate} is v{} {:?}, the source says v{} {:?}",
-                        got.0, got.1, want.0, want.1
+                        "wrong field: {aggregate} v{} has {name} = {:?}, the source {:?}",
+                        want.version, got.fields[i], want.fields[i]
                     ),
-                );
-            }
-            None => {
-                verdict.projection_mismatches += 1;
-                example(
-                    "mismatch",
-                    format!("projection: {aggregate} is missing (source at v{})", want.0),
                 );
             }
         }
     }
     for (aggregate, got) in projected {
         verdict.projection_mismatches += 1;
-        example(
+        examples.add(
             "mismatch",
-            format!("projection: {aggregate} v{} has no committed write", got.0),
+            format!("projection: {aggregate} v{} has no source row", got.version),
         );
     }
-    for regression in &facts.regressions {
-        example(
-            "regression",
-            format!(
-                "regression: {} seen at v{} after v{}",
-                regression.aggregate_id, regression.seen, regression.then
-            ),
-        );
-    }
+}
 
+fn check_dead_letters(facts: &Facts, verdict: &mut Verdict, examples: &mut Examples) {
     let injected: BTreeSet<&str> = facts.injected_poison.iter().map(String::as_str).collect();
     let dead: BTreeSet<&str> = facts.dead_letters.iter().map(String::as_str).collect();
     for id in dead.difference(&injected) {
         verdict.unexpected_dead_letters += 1;
-        example(
+        examples.add(
             "dlq",
             format!("dead letter {id} was not injected by the run"),
         );
     }
     for id in injected.difference(&dead) {
         verdict.missing_dead_letters += 1;
-        example(
+        examples.add(
             "dlq",
             format!("poison {id} never reached the dead-letter topic"),
         );
     }
-    let mut kinds: Vec<_> = examples.into_iter().collect();
-    kinds.sort_by_key(|(kind, _)| *kind);
-    verdict.examples = kinds.into_iter().flat_map(|(_, list)| list).collect();
-    verdict
 }
 
-/// Reads the database's side of the facts (writes, effects, projection, outbox).
-pub async fn read_facts(client: &tokio_postgres::Client) -> anyhow::Result<Facts> {
-    let writes = client
-        .query("SELECT aggregate_id, version, value FROM load.writes", &[])
+fn states(rows: &[tokio_postgres::Row]) -> Vec<State> {
+    rows.iter()
+        .map(|r| State {
+            aggregate_id: r.get(0),
+            version: r.get(1),
+            fields: [r.get(2), r.get(3), r.get(4)],
+        })
+        .collect()
+}
+
+/// Reads the database's side of the facts (writes, effects, source and projection, outbox).
+pub async fn read_facts(client: &tokio_postgres::Client, scope: Scope) -> anyhow::Result<Facts> {
+    let mut facts = Facts::new(scope);
+    facts.writes = client
+        .query("SELECT aggregate_id, version FROM load.writes", &[])
         .await
         .context("read the committed writes")?
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let applied = client
-        .query("SELECT aggregate_id, version FROM load.applied", &[])
+    let effects = match scope {
+        Scope::EndToEnd => "SELECT seq, aggregate_id, version FROM load.applied",
+        Scope::RelayOnly => {
+            "SELECT seq, aggregate_id, version FROM courier.outbox WHERE published_at IS NOT NULL"
+        }
+    };
+    facts.applied = client
+        .query(effects, &[])
         .await
         .context("read the effects")?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| Effect {
+            seq: r.get(0),
+            aggregate_id: r.get(1),
+            version: r.get(2),
+        })
         .collect();
-    let projection = client
-        .query(
-            "SELECT aggregate_id, version, value FROM load.projection",
-            &[],
-        )
-        .await
-        .context("read the projection")?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
+    if scope == Scope::EndToEnd {
+        let read = |table: &'static str| async move {
+            client
+                .query(
+                    &format!("SELECT aggregate_id, version, a, b, c FROM load.{table}"),
+                    &[],
+                )
+                .await
+                .with_context(|| format!("read load.{table}"))
+        };
+        facts.source = states(&read("source").await?);
+        facts.projection = states(&read("projection").await?);
+    }
     let outbox = client
         .query_one(
             "SELECT count(*) FILTER (WHERE dead_at IS NULL), count(*) FILTER (WHERE dead_at IS NOT NULL)
@@ -282,77 +422,46 @@ pub async fn read_facts(client: &tokio_postgres::Client) -> anyhow::Result<Facts
         )
         .await
         .context("read the outbox")?;
-    Ok(Facts {
-        writes,
-        applied,
-        projection,
-        outbox_pending: outbox.get(0),
-        outbox_dead: outbox.get(1),
-        ..Default::default()
-    })
-}
-
-/// Samples the projection's versions during a run and records every row seen at a lower
-/// version than before. A failed sample (PostgreSQL restarting) is skipped.
-pub struct RegressionPoller {
-    seen: HashMap<String, i64>,
-    pub regressions: Vec<Regression>,
-    pub samples: u64,
-}
-
-impl RegressionPoller {
-    pub fn new() -> Self {
-        Self {
-            seen: HashMap::new(),
-            regressions: Vec::new(),
-            samples: 0,
-        }
-    }
-
-    pub fn observe(&mut self, rows: impl IntoIterator<Item = (String, i64)>) {
-        self.samples += 1;
-        for (aggregate, version) in rows {
-            match self.seen.get_mut(&aggregate) {
-                Some(then) if version < *then => self.regressions.push(Regression {
-                    aggregate_id: aggregate,
-                    seen: version,
-                    then: *then,
-                }),
-                Some(then) => *then = version,
-                None => {
-                    self.seen.insert(aggregate, version);
-                }
-            }
-        }
-    }
-
-    pub async fn sample(&mut self, pool: &courier::db::PgPool) {
-        let Ok(conn) = pool.get().await else { return };
-        if let Ok(rows) = conn
-            .query("SELECT aggregate_id, version FROM load.projection", &[])
-            .await
-        {
-            self.observe(rows.iter().map(|r| (r.get(0), r.get(1))));
-        }
-    }
+    facts.outbox_pending = outbox.get(0);
+    facts.outbox_dead = outbox.get(1);
+    Ok(facts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn write(a: &str, v: i64) -> (String, i64, String) {
-        (a.into(), v, format!("{a}@{v}"))
+    fn state(a: &str, v: i64, fields: [&str; 3]) -> State {
+        State {
+            aggregate_id: a.into(),
+            version: v,
+            fields: fields.map(String::from),
+        }
+    }
+
+    fn effect(seq: i64, a: &str, v: i64) -> Effect {
+        Effect {
+            seq,
+            aggregate_id: a.into(),
+            version: v,
+        }
     }
 
     fn clean_facts() -> Facts {
         Facts {
-            writes: vec![write("a", 1), write("a", 2), write("b", 1)],
-            applied: vec![("a".into(), 1), ("b".into(), 1), ("a".into(), 2)],
-            projection: vec![write("a", 2), write("b", 1)],
+            writes: vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 1)],
+            applied: vec![effect(1, "a", 1), effect(2, "b", 1), effect(3, "a", 2)],
+            source: vec![
+                state("a", 2, ["v1", "v2", "v1"]),
+                state("b", 1, ["v1", "v1", "v1"]),
+            ],
+            projection: vec![
+                state("a", 2, ["v1", "v2", "v1"]),
+                state("b", 1, ["v1", "v1", "v1"]),
+            ],
             dead_letters: vec!["p1".into()],
             injected_poison: vec!["p1".into()],
-            ..Default::default()
+            ..Facts::new(Scope::EndToEnd)
         }
     }
 
@@ -366,7 +475,7 @@ mod tests {
     #[test]
     fn a_committed_write_never_applied_is_lost() {
         let mut facts = clean_facts();
-        facts.applied.retain(|e| *e != ("a".to_string(), 1));
+        facts.applied.retain(|e| e.seq != 1);
         let verdict = judge(&facts);
         assert_eq!(verdict.lost, 1);
         assert_eq!(verdict.violations(), 1);
@@ -380,24 +489,61 @@ mod tests {
     #[test]
     fn an_effect_applied_twice_is_a_double_effect_and_one_never_committed_a_phantom() {
         let mut facts = clean_facts();
-        facts.applied.push(("b".into(), 1));
-        facts.applied.push(("c".into(), 9));
+        facts.applied.push(effect(4, "b", 1));
+        facts.applied.push(effect(5, "c", 9));
         let verdict = judge(&facts);
         assert_eq!(verdict.double_effects, 1);
         assert_eq!(verdict.phantom_effects, 1);
     }
 
     #[test]
-    fn a_projection_behind_wrong_or_extra_is_a_mismatch() {
+    fn one_reordered_pair_in_the_effect_log_is_an_order_violation_naming_key_and_versions() {
+        let mut facts = clean_facts();
+        // a v2 applied (seq 1) before a v1 (seq 3): same effects, other order.
+        facts.applied = vec![effect(1, "a", 2), effect(2, "b", 1), effect(3, "a", 1)];
+        let verdict = judge(&facts);
+        assert_eq!(verdict.order_violations, 1, "{verdict:?}");
+        assert_eq!(verdict.violations(), 1, "{verdict:?}");
+        assert_eq!(
+            verdict.examples,
+            vec!["out of order: a v1 applied after v2"]
+        );
+    }
+
+    #[test]
+    fn the_apply_order_is_the_logs_sequence_not_the_order_rows_were_read_in() {
+        let mut facts = clean_facts();
+        facts.applied.reverse();
+        assert_eq!(judge(&facts).order_violations, 0);
+    }
+
+    #[test]
+    fn one_wrong_field_at_the_right_version_is_flagged_with_its_name() {
+        let mut facts = clean_facts();
+        // a's v2 changed b; applied before v1's create, the change was lost.
+        facts.projection[0] = state("a", 2, ["v1", "v1", "v1"]);
+        let verdict = judge(&facts);
+        assert_eq!(
+            (verdict.projection_mismatches, verdict.wrong_fields),
+            (1, 1),
+            "{verdict:?}"
+        );
+        assert_eq!(
+            verdict.examples,
+            vec![r#"wrong field: a v2 has b = "v1", the source "v2""#]
+        );
+    }
+
+    #[test]
+    fn a_projection_behind_missing_or_extra_is_a_mismatch() {
         let mut facts = clean_facts();
         facts.projection = vec![
-            write("a", 1),
-            ("b".into(), 1, "other".into()),
-            write("z", 1),
+            state("a", 1, ["v1", "v1", "v1"]),
+            state("z", 1, ["v1", "v1", "v1"]),
         ];
-        assert_eq!(judge(&facts).projection_mismatches, 3);
-        facts.projection = vec![write("a", 2)];
-        assert_eq!(judge(&facts).projection_mismatches, 1, "b missing");
+        let verdict = judge(&facts);
+        assert_eq!(verdict.projection_mismatches, 3, "behind, missing, extra");
+        assert_eq!(verdict.wrong_fields, 0);
     }
 
     #[test]
@@ -413,24 +559,13 @@ mod tests {
     }
 
     #[test]
-    fn the_poller_records_a_version_going_backwards_only() {
-        let mut poller = RegressionPoller::new();
-        poller.observe([("a".to_string(), 1), ("b".to_string(), 5)]);
-        poller.observe([("a".to_string(), 3), ("b".to_string(), 5)]);
-        assert!(poller.regressions.is_empty());
-        poller.observe([("a".to_string(), 2)]);
-        assert_eq!(
-            poller.regressions,
-            vec![Regression {
-                aggregate_id: "a".into(),
-                seen: 2,
-                then: 3
-            }]
-        );
-        let verdict = judge(&Facts {
-            regressions: poller.regressions.clone(),
-            ..clean_facts()
-        });
-        assert_eq!(verdict.regressions, 1);
+    fn a_relay_only_run_judges_published_rows_and_skips_the_read_model() {
+        let mut facts = clean_facts();
+        facts.scope = Scope::RelayOnly;
+        facts.projection.clear();
+        facts.applied = vec![effect(9, "a", 2), effect(8, "a", 1)];
+        let verdict = judge(&facts);
+        assert_eq!(verdict.lost, 1, "b v1 unpublished: {verdict:?}");
+        assert_eq!(verdict.violations(), 1, "{verdict:?}");
     }
 }

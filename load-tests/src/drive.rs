@@ -3,15 +3,14 @@
 //! wait for the pipeline to drain.
 
 use crate::chart::Panel;
-use crate::checker::RegressionPoller;
+use crate::checker::Scope;
 use crate::processes::{read_all_named, read_process, ProcessReading, TICKS_PER_SECOND};
 use crate::report::{new_histogram, Latency};
 use crate::rig::Rig;
-use crate::workload::{aggregate_id, Writer};
+use crate::workload::{KeyPicker, Shape, Writer};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use courier::db::PgPool;
-use rand::Rng as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,8 +66,8 @@ pub struct WriteOutcome {
 pub struct Load {
     /// Concurrent writers, each on its own connection.
     pub writers: u32,
-    /// Aggregates the writes pick from at random.
-    pub keys: u64,
+    /// Which aggregates the writes go to and what their events carry.
+    pub shape: Shape,
     pub pace: Pace,
     pub duration: Duration,
 }
@@ -82,7 +81,7 @@ pub async fn write_for(
 ) -> anyhow::Result<WriteOutcome> {
     let Load {
         writers,
-        keys,
+        shape,
         pace,
         duration,
     } = load;
@@ -109,7 +108,8 @@ pub async fn write_for(
     };
     let mut tasks = Vec::new();
     for _ in 0..writers {
-        let writer = Writer::new(config, topic);
+        let writer = Writer::new(config, topic, shape.workload);
+        let mut keys = KeyPicker::new(shape);
         let url = config.database.url.clone();
         let due_rx = due_rx.clone();
         let committed = committed.clone();
@@ -130,7 +130,7 @@ pub async fn write_for(
                     }
                     now
                 };
-                let key = aggregate_id(rand::thread_rng().gen_range(0..keys));
+                let key = keys.next(&mut rand::thread_rng());
                 // A write that fails (the database restarting) is retried on a new
                 // connection, keeping its intended instant.
                 loop {
@@ -215,19 +215,23 @@ pub type Watched = Arc<Mutex<Vec<(String, u32)>>>;
 /// Samples the pipeline every `every` until finished.
 pub struct Sampler {
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<(Vec<Sample>, RegressionPoller)>,
+    task: tokio::task::JoinHandle<Vec<Sample>>,
 }
 
 impl Sampler {
-    pub fn start(pool: PgPool, origin: Origin, every: Duration, watched: Watched) -> Self {
+    pub fn start(
+        pool: PgPool,
+        origin: Origin,
+        every: Duration,
+        watched: Watched,
+        scope: Scope,
+    ) -> Self {
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();
-            let mut poller = RegressionPoller::new();
             let mut last_seq = 0i64;
             loop {
-                poller.sample(&pool).await;
-                if let Ok(sample) = sample(&pool, origin, &mut last_seq, &watched).await {
+                if let Ok(sample) = sample(&pool, origin, &mut last_seq, &watched, scope).await {
                     samples.push(sample);
                 }
                 tokio::select! {
@@ -235,12 +239,12 @@ impl Sampler {
                     _ = stopped.changed() => break,
                 }
             }
-            (samples, poller)
+            samples
         });
         Self { stop, task }
     }
 
-    pub async fn finish(self) -> anyhow::Result<(Vec<Sample>, RegressionPoller)> {
+    pub async fn finish(self) -> anyhow::Result<Vec<Sample>> {
         let _ = self.stop.send(true);
         self.task.await.context("the sampler panicked")
     }
@@ -251,6 +255,7 @@ async fn sample(
     origin: Origin,
     last_seq: &mut i64,
     watched: &Watched,
+    scope: Scope,
 ) -> anyhow::Result<Sample> {
     let conn = pool.get().await.context("sampler connection")?;
     // max(seq) instead of count(*): constant time however long the run; a rolled-back write
@@ -283,42 +288,20 @@ async fn sample(
         .filter_map(|(label, pid)| Some((label, read_process(pid)?)))
         .collect();
     processes.push(("postgres (all)".into(), read_all_named("postgres")));
+    let (written, outbox_pending): (i64, i64) = (row.get(0), row.get(1));
     Ok(Sample {
         t: origin.seconds(),
-        written: row.get(0),
-        outbox_pending: row.get(1),
-        applied: row.get(2),
+        written,
+        outbox_pending,
+        // Relay only: what left the outbox.
+        applied: match scope {
+            Scope::EndToEnd => row.get(2),
+            Scope::RelayOnly => (written - outbox_pending).max(0),
+        },
         window_p99_ms: (!histogram.is_empty())
             .then(|| histogram.value_at_quantile(0.99) as f64 / 1_000.0),
         processes,
     })
-}
-
-/// Waits until every committed write has been applied, failing after `timeout`.
-pub async fn wait_drained(rig: &Rig, committed: u64, timeout: Duration) -> anyhow::Result<f64> {
-    let started = Instant::now();
-    crate::fixtures::poll_until_done(
-        started,
-        committed,
-        "applied by the projection",
-        timeout,
-        Duration::from_millis(100),
-        || async {
-            let Ok(conn) = rig.db.pool.get().await else {
-                return Ok(0);
-            };
-            let applied: i64 = conn
-                .query_one(
-                    "SELECT count(DISTINCT (aggregate_id, version)) FROM load.applied",
-                    &[],
-                )
-                .await
-                .map(|r| r.get(0))
-                .unwrap_or(0);
-            Ok(u64::try_from(applied).unwrap_or(0))
-        },
-    )
-    .await
 }
 
 /// The committed writes, counted from the database (the source of truth).
@@ -438,6 +421,35 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
     panels
 }
 
+/// Per process: `(label, drift, first, last)` where `first` and `last` are the mean RSS of
+/// the first and last tenth of `[from, to]` and `drift = last / first − 1`.
+pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64, f64, f64)> {
+    let tenth = (to - from) / 10.0;
+    let mut labels: Vec<&String> = samples
+        .iter()
+        .flat_map(|s| s.processes.iter().map(|(l, _)| l))
+        .collect();
+    labels.sort();
+    labels.dedup();
+    labels
+        .into_iter()
+        .filter_map(|label| {
+            let mean = |a: f64, b: f64| {
+                let values: Vec<f64> = samples
+                    .iter()
+                    .filter(|s| s.t >= a && s.t <= b)
+                    .filter_map(|s| s.processes.iter().find(|(l, _)| l == label))
+                    .map(|(_, r)| r.rss_bytes as f64)
+                    .collect();
+                (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+            };
+            let first = mean(from, from + tenth).filter(|rss| *rss > 0.0)?;
+            let last = mean(to - tenth, to)?;
+            Some((label.clone(), last / first - 1.0, first, last))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -482,5 +494,40 @@ mod tests {
             origin.wall_at(origin.instant - Duration::from_secs(1)),
             origin.wall
         );
+    }
+
+    fn rss_sample(t: f64, rss_mib: u64) -> Sample {
+        Sample {
+            t,
+            written: 0,
+            outbox_pending: 0,
+            applied: 0,
+            window_p99_ms: None,
+            processes: vec![(
+                "relay-1".into(),
+                ProcessReading {
+                    rss_bytes: rss_mib * 1_048_576,
+                    cpu_ticks: 0,
+                },
+            )],
+        }
+    }
+
+    #[test]
+    fn drift_compares_the_first_and_last_tenth_after_warm_up() {
+        // Warm-up (t < 10) grows from 10 to 100 MiB; then 100 MiB flat, 110 at the very end.
+        let mut samples: Vec<Sample> = (0..10u32)
+            .map(|t| rss_sample(f64::from(t), 10 + 10 * u64::from(t)))
+            .collect();
+        samples.extend(
+            (10..=100u32).map(|t| rss_sample(f64::from(t), if t >= 91 { 110 } else { 100 })),
+        );
+        let drift = memory_drift(&samples, 10.0, 100.0);
+        assert_eq!(drift.len(), 1);
+        let (label, d, first, last) = &drift[0];
+        assert_eq!(label, "relay-1");
+        assert!((first / 1_048_576.0 - 100.0).abs() < 1e-9);
+        assert!((last / 1_048_576.0 - 110.0).abs() < 1e-9, "{last}");
+        assert!((d - 0.10).abs() < 1e-9, "{d}");
     }
 }

@@ -63,7 +63,7 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<Report> {
         let count = (args.messages / 4).max(2_000 * u64::from(streams) * 3);
         rates.push(raw_receive_rate(&pubsub, streams, count, 1_000).await?);
     }
-    let latency = raw_latency(&pubsub, args.latency_rate, args.seconds).await?;
+    let latency = raw_latency(&pubsub, args.latency_rate, args.seconds, Some(100)).await?;
     Ok(Report {
         benchmark: "limits: this machine's raw ceilings (no framework)".into(),
         parameters: vec![
@@ -285,9 +285,15 @@ pub async fn raw_receive(
 }
 
 /// The emulator's own publish → receive latency at `rate` messages per second for
-/// `seconds`, on an ordered subscription with one stream: each message carries the instant
-/// it was due to be published, so a stalled publisher counts against the latency.
-pub async fn raw_latency(pubsub: &TestPubSub, rate: u64, seconds: u64) -> anyhow::Result<Latency> {
+/// `seconds`, round-robin over `keys` ordering keys (`None`: a new key per message), on an
+/// ordered subscription with one stream: each message carries the instant it was due to be
+/// published, so a stalled publisher counts against the latency.
+pub async fn raw_latency(
+    pubsub: &TestPubSub,
+    rate: u64,
+    seconds: u64,
+    keys: Option<u64>,
+) -> anyhow::Result<Latency> {
     let topic = pubsub.topic("limits.latency").await?;
     let subscription = unordered_or_ordered(pubsub, &topic, true).await?;
     let client = pubsub.client();
@@ -321,7 +327,10 @@ pub async fn raw_latency(pubsub: &TestPubSub, rate: u64, seconds: u64) -> anyhow
     for i in 0..total {
         let due = interval * u32::try_from(i).unwrap_or(u32::MAX);
         tokio::time::sleep_until((origin + due).into()).await;
-        let key = format!("video-{:03}", i % 100);
+        let key = match keys {
+            Some(keys) => format!("video-{:06}", i % keys.max(1)),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
         let mut attributes = std::collections::HashMap::new();
         attributes.insert("due_micros".to_string(), due.as_micros().to_string());
         let m = Message::new()

@@ -13,12 +13,14 @@
 
 mod append;
 mod baseline;
+mod broker_proxy;
 mod chaos;
 mod chart;
 mod checker;
 mod cpu;
 mod drain;
 mod drive;
+mod faults;
 mod fixtures;
 mod http_path;
 mod latency;

@@ -1,37 +1,85 @@
-//! A running pipeline under test: the rig, its relay and consumer processes, and the sampler
-//! watching them; what every pipeline command (throughput, latency, soak, chaos) starts with.
+//! A running pipeline under test: the rig, its relay and consumer processes, the faults struck
+//! at it and the sampler watching it; what every pipeline command (throughput, latency, soak,
+//! chaos) starts with, and how each ends: drained (or stalled), stopped, and judged by the
+//! independent checker.
 
-use crate::checker::{judge, read_facts, Facts, RegressionPoller, Verdict};
+use crate::checker::{judge, read_facts, Scope, Verdict};
 use crate::drive::{self, Load, Origin, Sample, Sampler, Watched, WriteOutcome};
+use crate::faults::{strike, FaultPlan, FaultStack, Strikes};
 use crate::processes::{find_process, Role, Workers};
-use crate::report::Latency;
-use crate::rig::Rig;
+use crate::report::{Goal, Latency, Report};
+use crate::rig::{PipelineArgs, Place, Rig};
+use anyhow::Context as _;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Pipeline {
     pub rig: Rig,
     pub workers: Workers,
     pub origin: Origin,
     pub watched: Watched,
+    /// What the faults need around the pipeline (own PostgreSQL, own emulator, broker proxy).
+    pub stack: FaultStack,
+    pub plan: FaultPlan,
+    /// What the faults did so far.
+    pub strikes: Strikes,
     sampler: Option<Sampler>,
     /// `(label, pid)` watched besides the workers (the emulator, this process).
     others: Vec<(String, u32)>,
 }
 
+/// How a pipeline is set up: its rig, its processes, its faults.
+pub struct Setup<'a> {
+    pub args: &'a PipelineArgs,
+    pub plan: FaultPlan,
+    /// Relay processes.
+    pub relays: u32,
+    pub sample_every: Duration,
+    /// The subscription's ack deadline (and the consumer's lease extension).
+    pub ack_deadline_secs: i32,
+    /// The emulator to use unless the plan needs one of its own.
+    pub shared_emulator: Option<&'a str>,
+}
+
 impl Pipeline {
-    /// Starts `relays` relay processes and one consumer process on `rig`, and the sampler.
-    pub async fn start(
-        rig: Rig,
-        dir: &std::path::Path,
-        relays: u32,
-        sample_every: Duration,
-    ) -> anyhow::Result<Self> {
+    /// Starts what the faults need, the rig, `relays` relay processes, the consumer process
+    /// (unless relay only) and the sampler.
+    pub async fn launch(dir: &Path, setup: Setup<'_>) -> anyhow::Result<Self> {
+        let scope = setup.args.scope();
+        if scope == Scope::RelayOnly {
+            use crate::faults::Fault::{HandlerTransient, KillConsumer};
+            anyhow::ensure!(
+                !setup
+                    .plan
+                    .faults
+                    .iter()
+                    .any(|f| matches!(f, HandlerTransient | KillConsumer)),
+                "--relay-only runs no consumer: kill-consumer and handler-transient do not apply"
+            );
+        }
+        let mut stack = FaultStack::start(&setup.plan, dir).await?;
+        let emulator_host = match (&stack.emulator, setup.shared_emulator) {
+            (Some(own), _) => own.host.clone(),
+            (None, Some(shared)) => shared.to_string(),
+            (None, None) => anyhow::bail!("no emulator for the pipeline"),
+        };
+        let place = Place {
+            database_server: stack.database_server(),
+            workers_emulator_host: stack
+                .workers_emulator_host(&setup.plan, &emulator_host)
+                .await?,
+            emulator_host,
+        };
+        let mut rig = Rig::create(dir, &place, setup.args, setup.ack_deadline_secs).await?;
+        rig.consumer_lock_timeout = setup.plan.consumer_lock_timeout();
         let mut workers = Workers::new(&rig, dir)?;
-        for _ in 0..relays {
+        for _ in 0..setup.relays {
             workers.start(Role::Relay)?;
         }
-        workers.start(Role::Consumer)?;
+        if scope == Scope::EndToEnd {
+            workers.start(Role::Consumer)?;
+        }
         let mut others = vec![("harness".to_string(), std::process::id())];
         let port = rig.emulator_host.rsplit(':').next().unwrap_or_default();
         if let Some(pid) = find_process(&[&format!("--port={port}")]) {
@@ -43,13 +91,17 @@ impl Pipeline {
             sampler: Some(Sampler::start(
                 rig.db.pool.clone(),
                 origin,
-                sample_every,
+                setup.sample_every,
                 watched.clone(),
+                scope,
             )),
             rig,
             workers,
             origin,
             watched,
+            stack,
+            plan: setup.plan,
+            strikes: Strikes::default(),
             others,
         };
         pipeline.refresh_watched();
@@ -75,26 +127,47 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Runs `load`, then waits (up to `drain_timeout`) until every write it committed is
-    /// projected; returns what the writers did and how many writes committed in all.
+    /// Runs `load` while the plan's faults strike, then waits (up to `drain_timeout`, or
+    /// until progress stalls) until every write committed so far is projected (relay only:
+    /// published) and the outbox is empty.
     pub async fn write_and_drain(
         &mut self,
         load: Load,
         drain_timeout: Duration,
-    ) -> anyhow::Result<(WriteOutcome, u64)> {
-        let write = drive::write_for(&self.rig.config, &self.rig.topic, self.origin, load).await?;
+    ) -> anyhow::Result<Drained> {
+        let (config, topic, origin) =
+            (self.rig.config.clone(), self.rig.topic.clone(), self.origin);
+        let writes_from = origin.seconds();
+        let write = if self.plan.is_empty() {
+            drive::write_for(&config, &topic, origin, load).await?
+        } else {
+            let until = Instant::now() + load.duration;
+            let (write, strikes) = tokio::join!(
+                drive::write_for(&config, &topic, origin, load),
+                strike(self, until),
+            );
+            let strikes = strikes?;
+            self.strikes.timeline.extend(strikes.timeline);
+            self.strikes.poison.extend(strikes.poison);
+            self.strikes.faults += strikes.faults;
+            write?
+        };
+        let writes_to = origin.seconds();
         let total = drive::committed_writes(&self.rig).await?;
-        drive::wait_drained(&self.rig, total, drain_timeout).await?;
-        self.keep_workers_up()?;
-        Ok((write, total))
+        let converged = self.converge(total, drain_timeout).await;
+        Ok(Drained {
+            write,
+            total,
+            converged,
+            writes: (writes_from, writes_to),
+        })
     }
 
     /// The end-to-end maximum: `writers` write as fast as they can for `seconds`, then the
     /// rate is what committed divided by the time until all of it was projected.
     pub async fn probe_max(
         &mut self,
-        writers: u32,
-        keys: u64,
+        args: &PipelineArgs,
         seconds: u64,
         drain_timeout: Duration,
     ) -> anyhow::Result<f64> {
@@ -102,60 +175,281 @@ impl Pipeline {
         let started = self.origin.seconds();
         let before = drive::committed_writes(&self.rig).await?;
         let probe = Load {
-            writers,
-            keys,
+            writers: args.writers,
+            shape: args.shape(),
             pace: drive::Pace::ClosedLoop,
             duration: Duration::from_secs(seconds),
         };
-        let (_, total) = self.write_and_drain(probe, drain_timeout).await?;
-        Ok((total - before) as f64 / (self.origin.seconds() - started))
+        // The probe runs without faults: it measures what the pipeline can do.
+        let plan = std::mem::replace(&mut self.plan, FaultPlan::none());
+        let drained = self.write_and_drain(probe, drain_timeout).await;
+        self.plan = plan;
+        let drained = drained?;
+        drained
+            .converged
+            .context("the maximum probe did not drain")?;
+        Ok((drained.total - before) as f64 / (self.origin.seconds() - started))
+    }
+
+    /// Waits until `total` writes are applied (relay only: published) and the outbox holds
+    /// nothing unpublished, restarting workers that exit meanwhile. Fails after `timeout`, or
+    /// once nothing moved for [`STALL`]. Returns the seconds since the run's origin.
+    async fn converge(&mut self, total: u64, timeout: Duration) -> anyhow::Result<f64> {
+        let deadline = Instant::now() + timeout;
+        let what = match self.rig.scope {
+            Scope::EndToEnd => "applied by the projection",
+            Scope::RelayOnly => "published by the relay",
+        };
+        let bar = crate::fixtures::progress(total, what);
+        let mut last = (0, -1);
+        let mut progressed_at = Instant::now();
+        loop {
+            self.keep_workers_up()?;
+            if let Some((done, pending)) = progress(&self.rig, total).await {
+                if (done, pending) != last {
+                    progressed_at = Instant::now();
+                }
+                last = (done, pending);
+                bar.set_position(done);
+                if done >= total && pending == 0 {
+                    bar.finish_and_clear();
+                    return Ok(self.origin.seconds());
+                }
+            }
+            if Instant::now() >= deadline || progressed_at.elapsed() >= STALL {
+                bar.finish_and_clear();
+                anyhow::bail!(
+                    "{} of {total} {what}, {} outbox rows unpublished; nothing moved for {} s",
+                    last.0,
+                    last.1,
+                    progressed_at.elapsed().as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Reads the commit → projection latency of the writes meant to start `from` seconds
-    /// into the run or later, stops, and judges the whole run.
+    /// into the run or later, stops, reads the dead letters, and judges the whole run.
     pub async fn conclude(self, latency_name: &str, from: f64) -> anyhow::Result<Concluded> {
         let from = self.origin.wall + chrono::Duration::milliseconds((from * 1_000.0) as i64);
-        let latency = drive::latency(&self.rig, latency_name, from).await?;
-        let mut finished = self.finish().await?;
-        finished.facts.regressions = std::mem::take(&mut finished.poller.regressions);
+        let latency = match self.rig.scope {
+            Scope::EndToEnd => Some(drive::latency(&self.rig, latency_name, from).await?),
+            Scope::RelayOnly => None,
+        };
+        let dead_letters = match self.rig.scope {
+            Scope::EndToEnd => read_dead_letters(&self.rig, self.strikes.poison.len()).await?,
+            Scope::RelayOnly => Vec::new(),
+        };
+        let (finished, strikes) = self.finish().await?;
+        let mut facts = finished.facts;
+        facts.dead_letters = dead_letters;
+        facts.injected_poison = strikes.poison.clone();
         Ok(Concluded {
             latency,
-            verdict: judge(&finished.facts),
+            verdict: judge(&facts),
             samples: finished.samples,
             unexpected_exits: finished.unexpected_exits,
+            strikes,
         })
     }
 
-    /// Stops the sampler and the workers; returns the samples, the regression poller, and the
-    /// checker's facts read from the database.
-    pub async fn finish(mut self) -> anyhow::Result<Finished> {
-        let (samples, poller) = match self.sampler.take() {
+    /// Stops the sampler and the workers; returns the samples and the checker's facts read
+    /// from the database, and the strikes.
+    async fn finish(mut self) -> anyhow::Result<(Finished, Strikes)> {
+        let samples = match self.sampler.take() {
             Some(sampler) => sampler.finish().await?,
-            None => (Vec::new(), RegressionPoller::new()),
+            None => Vec::new(),
         };
         self.workers.stop_all(Duration::from_secs(10)).await;
-        let facts = read_facts(&self.rig.client().await?).await?;
-        Ok(Finished {
-            samples,
-            poller,
-            facts,
-            unexpected_exits: std::mem::take(&mut self.workers.unexpected_exits),
+        let facts = read_facts(&self.rig.client().await?, self.rig.scope).await?;
+        Ok((
+            Finished {
+                samples,
+                facts,
+                unexpected_exits: std::mem::take(&mut self.workers.unexpected_exits),
+            },
+            std::mem::take(&mut self.strikes),
+        ))
+    }
+}
+
+/// The share of a write phase after which memory is judged, unless a command says otherwise.
+pub const WARM_UP_SHARE: f64 = 0.2;
+
+/// The framework's processes may drift this much in memory after warm-up (P7).
+const MEMORY_DRIFT_LIMIT: f64 = 0.10;
+
+/// Progress stalled this long means it will not resume (a dead-lettered event never arrives;
+/// the emulator's subscription can break, see `chaos`).
+const STALL: Duration = Duration::from_secs(90);
+
+/// `(done, outbox rows unpublished)`, or `None` when the database cannot answer now.
+async fn progress(rig: &Rig, total: u64) -> Option<(u64, i64)> {
+    let conn = rig.db.pool.get().await.ok()?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    match rig.scope {
+        Scope::EndToEnd => {
+            let row = conn
+                .query_one(
+                    "SELECT (SELECT count(DISTINCT (aggregate_id, version)) FROM load.applied),
+                            (SELECT count(*) FROM courier.outbox WHERE published_at IS NULL)",
+                    &[],
+                )
+                .await
+                .ok()?;
+            Some((count(row.get(0)), row.get(1)))
+        }
+        // Every committed write has its row: counting the few unpublished ones (a partial
+        // index) is cheap where counting the published history is not.
+        Scope::RelayOnly => {
+            let row = conn
+                .query_one(
+                    "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
+                    &[],
+                )
+                .await
+                .ok()?;
+            let pending: i64 = row.get(0);
+            Some((total.saturating_sub(count(pending)), pending))
+        }
+    }
+}
+
+/// The `event_id`s on the dead-letter keeper subscription: one stream (opened now, after the
+/// run), read until `expected` distinct ids arrived and 3 s passed without another, or 60 s
+/// passed.
+async fn read_dead_letters(rig: &Rig, expected: usize) -> anyhow::Result<Vec<String>> {
+    let pubsub = rig.pubsub();
+    let subscriber = pubsub.subscriber().await?;
+    let mut stream = subscriber
+        .subscribe(pubsub.subscription_path(&rig.dead_letter_keeper))
+        .build();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1_000);
+    // The stream stays open in its task: cancelling a pending `next()` would strand messages.
+    tokio::spawn(async move {
+        while let Some(Ok((message, handler))) = stream.next().await {
+            handler.ack();
+            let id = message
+                .attributes
+                .get("event_id")
+                .cloned()
+                .unwrap_or_default();
+            if tx.send(id).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut ids = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let quiet = if ids.len() >= expected {
+            Duration::from_secs(3)
+        } else {
+            deadline.saturating_duration_since(Instant::now())
+        };
+        match tokio::time::timeout(quiet, rx.recv()).await {
+            Ok(Some(id)) => {
+                ids.insert(id);
+            }
+            Ok(None) | Err(_) => break,
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    Ok(ids.into_iter().collect())
+}
+
+/// What the writes did and whether the pipeline caught up with them.
+pub struct Drained {
+    pub write: WriteOutcome,
+    /// Writes committed in the run so far.
+    pub total: u64,
+    /// Seconds from the run's origin until everything was through, or why it never was.
+    pub converged: anyhow::Result<f64>,
+    /// When the writes ran, seconds from the run's origin.
+    pub writes: (f64, f64),
+}
+
+impl Drained {
+    /// The part of the write phase after `warm_up` (a share of it): where memory is judged.
+    pub fn after_warm_up(&self, warm_up: f64) -> (f64, f64) {
+        let (from, to) = self.writes;
+        (from + warm_up * (to - from), to)
+    }
+
+    /// A goal naming the stall, when the pipeline did not catch up.
+    pub fn convergence_goal(&self) -> Option<Goal> {
+        self.converged.as_ref().err().map(|e| Goal {
+            name: "converged".into(),
+            value: format!("{e:#}"),
+            goal: "within the drain timeout".into(),
+            met: false,
         })
     }
 }
 
 /// A stopped pipeline's record.
-pub struct Finished {
-    pub samples: Vec<Sample>,
-    pub poller: RegressionPoller,
-    pub facts: Facts,
-    pub unexpected_exits: Vec<String>,
+struct Finished {
+    samples: Vec<Sample>,
+    facts: crate::checker::Facts,
+    unexpected_exits: Vec<String>,
 }
 
-/// A judged run: what the throughput, latency and soak reports are made of.
+/// A judged run: what the pipeline commands' reports are made of.
 pub struct Concluded {
-    pub latency: Latency,
+    /// Commit → projection (none for a relay-only run).
+    pub latency: Option<Latency>,
     pub verdict: Verdict,
     pub samples: Vec<Sample>,
     pub unexpected_exits: Vec<String>,
+    pub strikes: Strikes,
+}
+
+impl Concluded {
+    /// Puts what every pipeline report shows into `report`: the checker's verdict, the
+    /// latency, the faults on the timeline, the panels, the workers that exited, and each
+    /// process's memory drift over `memory_window` (seconds from the run's origin; the
+    /// framework's processes held to ±10 %).
+    pub fn fill(self, report: &mut Report, memory_window: (f64, f64)) {
+        let (from, to) = memory_window;
+        for (label, drift, first, last) in drive::memory_drift(&self.samples, from, to) {
+            let framework = label.starts_with("relay") || label.starts_with("consumer");
+            let change = format!(
+                "{:+.1} % ({:.0} → {:.0} MiB)",
+                drift * 100.0,
+                first / 1_048_576.0,
+                last / 1_048_576.0
+            );
+            if framework {
+                report.goals.push(Goal {
+                    name: format!("{label} RSS drift after warm-up"),
+                    value: change,
+                    goal: format!("within ±{:.0} %", MEMORY_DRIFT_LIMIT * 100.0),
+                    met: drift.abs() <= MEMORY_DRIFT_LIMIT,
+                });
+            } else {
+                report.notes.push(format!(
+                    "{label}: RSS {change} after warm-up (reference, not held to the goal)"
+                ));
+            }
+        }
+        report
+            .parameters
+            .push(("faults_struck".into(), self.strikes.faults.to_string()));
+        report.parameters.push((
+            "worker_exits_restarted".into(),
+            self.unexpected_exits.len().to_string(),
+        ));
+        report.notes.extend(
+            self.unexpected_exits
+                .iter()
+                .map(|exit| format!("{exit}; restarted")),
+        );
+        report.timeline.extend(self.strikes.timeline);
+        report.panels = drive::panels(&self.samples);
+        report.latency = self.latency;
+        report.verdict = Some(self.verdict);
+    }
 }

@@ -36,8 +36,8 @@ pub struct Workers {
     logs: PathBuf,
     config: PathBuf,
     emulator_host: String,
-    subscription: String,
-    dead_letter_topic: String,
+    /// Arguments of the consumer's command line beyond the config.
+    consumer_args: Vec<String>,
     workers: Vec<Worker>,
     /// Exits nobody asked for, restarted.
     pub unexpected_exits: Vec<String>,
@@ -51,9 +51,8 @@ impl Workers {
             exe: std::env::current_exe().context("find this program's path")?,
             logs,
             config: rig.config_path.clone(),
-            emulator_host: rig.emulator_host.clone(),
-            subscription: rig.subscription.name.clone(),
-            dead_letter_topic: rig.dead_letter_topic.clone(),
+            emulator_host: rig.workers_emulator_host.clone(),
+            consumer_args: crate::worker::consumer_args(rig),
             workers: Vec::new(),
             unexpected_exits: Vec::new(),
         })
@@ -86,11 +85,7 @@ impl Workers {
             .arg("--config")
             .arg(&self.config);
         if role == Role::Consumer {
-            command
-                .arg("--subscription")
-                .arg(&self.subscription)
-                .arg("--dead-letter-topic")
-                .arg(&self.dead_letter_topic);
+            command.args(&self.consumer_args);
         }
         command
             .env("PUBSUB_EMULATOR_HOST", &self.emulator_host)

@@ -1,12 +1,14 @@
 //! One run's pipeline: a fresh database with the workload's schema, a topic with its ordered
 //! subscription and dead-letter topic, and a config file the worker processes read.
 
-use crate::workload;
+use crate::checker::Scope;
+use crate::workload::{self, KeySpace, Shape, Workload};
 use anyhow::Context as _;
 use courier::pubsub::{PubSub, SubscriptionSpec};
 use courier::CourierConfig;
 use courier_testkit::{unique_name, TestDb};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// How the pipeline under test is set up.
 #[derive(Debug, Clone, clap::Args)]
@@ -17,18 +19,97 @@ pub struct PipelineArgs {
     /// StreamingPull streams of the consumer process.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub streams: u32,
-    /// Aggregates (ordering keys) the writers spread their writes over.
+    /// Aggregates (ordering keys) the writers spread their writes over (reused key space).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub keys: u64,
+    /// `reused`: the writes go to --keys aggregates again and again; `unique`: a fresh UUID
+    /// aggregate per create (as every new video is), each followed by --updates updates.
+    #[arg(long, value_enum, default_value_t = KeySpace::Reused)]
+    pub key_space: KeySpace,
+    /// Updates of each new aggregate after its create (unique key space).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000))]
+    pub updates: u32,
+    /// `whole`: every event carries the aggregate's whole state; `delta`: an update carries
+    /// the one field it changed and the projection applies just that field, so an update
+    /// applied out of order leaves a wrong field.
+    #[arg(long, value_enum, default_value_t = Workload::Whole)]
+    pub workload: Workload,
+    /// No consumer: the relay publishes to a topic that no subscription reads, and the run
+    /// measures the write side alone (the emulator degrades with many ordering keys on an
+    /// ordered subscription being read; real Pub/Sub does not).
+    #[arg(long)]
+    pub relay_only: bool,
     /// Concurrent writers (each on its own connection).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub writers: u32,
+}
+
+impl PipelineArgs {
+    pub fn shape(&self) -> Shape {
+        Shape {
+            key_space: self.key_space,
+            keys: self.keys,
+            updates: self.updates,
+            workload: self.workload,
+        }
+    }
+
+    pub fn scope(&self) -> Scope {
+        if self.relay_only {
+            Scope::RelayOnly
+        } else {
+            Scope::EndToEnd
+        }
+    }
+
+    /// The report's parameters describing the pipeline and its writes.
+    pub fn parameters(&self) -> Vec<(String, String)> {
+        vec![
+            ("writers".into(), self.writers.to_string()),
+            ("shape".into(), self.shape().describe()),
+            ("shards".into(), self.shards.to_string()),
+            (
+                "streams".into(),
+                if self.relay_only {
+                    "none (relay only)".into()
+                } else {
+                    self.streams.to_string()
+                },
+            ),
+        ]
+    }
+}
+
+/// Where a rig runs: the database server (`None`: `DATABASE_URL` or the local default), the
+/// emulator the harness talks to, and the address the workers reach it at (a proxy, when the
+/// run slows the broker).
+pub struct Place {
+    pub database_server: Option<String>,
+    pub emulator_host: String,
+    pub workers_emulator_host: String,
+}
+
+impl Place {
+    /// The default database server and `emulator_host` for everyone.
+    pub fn shared(emulator_host: &str) -> Self {
+        Self {
+            database_server: None,
+            emulator_host: emulator_host.into(),
+            workers_emulator_host: emulator_host.into(),
+        }
+    }
 }
 
 /// The pipeline's database, topic, subscription and worker config.
 pub struct Rig {
     pub db: TestDb,
     pub emulator_host: String,
+    /// Where the workers reach the emulator (a proxy in front of it, or the emulator).
+    pub workers_emulator_host: String,
+    pub scope: Scope,
+    pub workload: Workload,
+    /// The lock timeout of the consumer's projection transactions (see `faults`).
+    pub consumer_lock_timeout: Option<Duration>,
     pub config: CourierConfig,
     pub topic: String,
     pub subscription: SubscriptionSpec,
@@ -39,17 +120,15 @@ pub struct Rig {
 }
 
 impl Rig {
-    /// Creates the database on `database_server` (`None`: `DATABASE_URL` or the local
-    /// default), the workload's schema, the topic and subscriptions, and writes the workers'
-    /// config into `dir`.
+    /// Creates the database at `place`, the workload's schema, the topic and (unless relay
+    /// only) its subscriptions, and writes the workers' config into `dir`.
     pub async fn create(
         dir: &Path,
-        database_server: Option<&str>,
-        emulator_host: &str,
+        place: &Place,
         args: &PipelineArgs,
         ack_deadline_secs: i32,
     ) -> anyhow::Result<Self> {
-        let db = match database_server {
+        let db = match place.database_server.as_deref() {
             Some(url) => TestDb::on_server_url(url).await?,
             None => TestDb::new().await?,
         };
@@ -62,7 +141,7 @@ impl Rig {
             database: db.config.clone(),
             pubsub: courier::config::PubSubConfig {
                 project: "courier-load".into(),
-                emulator_host: Some(emulator_host.into()),
+                emulator_host: Some(place.emulator_host.clone()),
             },
             ..Default::default()
         };
@@ -87,16 +166,30 @@ impl Rig {
             .context("the standard subscription has a dead-letter policy")?;
         let keeper = SubscriptionSpec::dead_letter_keeper(&subscription, &dead_letter);
         let pubsub = PubSub::new(config.pubsub.clone());
-        pubsub
-            .provision(&subscription)
-            .await
-            .context("provision the load topic and subscription")?;
+        if args.relay_only {
+            let admin = pubsub.topic_admin().await?;
+            pubsub
+                .ensure_topic(&admin, &topic)
+                .await
+                .context("create the load topic")?;
+        } else {
+            pubsub
+                .provision(&subscription)
+                .await
+                .context("provision the load topic and subscription")?;
+        }
         let config_path = dir.join("courier.toml");
-        std::fs::write(&config_path, worker_config(&config))
+        let mut workers_config = config.clone();
+        workers_config.pubsub.emulator_host = Some(place.workers_emulator_host.clone());
+        std::fs::write(&config_path, worker_config(&workers_config))
             .with_context(|| format!("write {}", config_path.display()))?;
         Ok(Self {
             db,
-            emulator_host: emulator_host.into(),
+            emulator_host: place.emulator_host.clone(),
+            workers_emulator_host: place.workers_emulator_host.clone(),
+            scope: args.scope(),
+            workload: args.workload,
+            consumer_lock_timeout: None,
             config,
             topic,
             subscription,

@@ -4,7 +4,8 @@
 use crate::fixtures::{events, fill, poll_until_done, set_shards_idle};
 use crate::processes::{Role, Workers};
 use crate::report::{Goal, Rate, Ratio, Report};
-use crate::rig::{PipelineArgs, Rig};
+use crate::rig::{PipelineArgs, Place, Rig};
+use crate::workload::{KeySpace, Workload};
 use anyhow::Context as _;
 use courier_testkit::TestPubSub;
 use std::path::Path;
@@ -35,10 +36,15 @@ const TAKEOVER_GOAL: Duration = Duration::from_secs(10);
 
 pub async fn run(args: ScaleArgs, dir: &Path) -> anyhow::Result<Report> {
     let pubsub = TestPubSub::get().await?;
+    // Relays only: nothing reads the topic.
     let pipeline = PipelineArgs {
         shards: args.shards,
         streams: 1,
         keys: args.keys,
+        key_space: KeySpace::Reused,
+        updates: 0,
+        workload: Workload::Whole,
+        relay_only: true,
         writers: 1,
     };
     let mut rates = Vec::new();
@@ -47,7 +53,7 @@ pub async fn run(args: ScaleArgs, dir: &Path) -> anyhow::Result<Report> {
     for relays in 1..=args.max_relays {
         let run_dir = dir.join(format!("{relays}-relays"));
         std::fs::create_dir_all(&run_dir)?;
-        let rig = Rig::create(&run_dir, None, &pubsub.host, &pipeline, 30).await?;
+        let rig = Rig::create(&run_dir, &Place::shared(&pubsub.host), &pipeline, 30).await?;
         let batch = events(&rig.topic, args.events, args.keys);
         fill(
             &rig.db,

@@ -4,11 +4,12 @@
 //! ratio to the ceilings measured in the same run: PostgreSQL's raw insert rate with the same
 //! number of clients, and the emulator's raw receive rate with the same number of streams.
 
-use crate::drive::{self, Load, Pace};
+use crate::drive::{Load, Pace};
+use crate::faults::FaultArgs;
 use crate::limits;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, Setup, WARM_UP_SHARE};
 use crate::report::{Rate, Ratio, Report};
-use crate::rig::{PipelineArgs, Rig};
+use crate::rig::PipelineArgs;
 use courier_testkit::{TestDb, TestPubSub};
 use std::path::Path;
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub struct ThroughputArgs {
     /// Give up waiting for the projection to catch up after this long.
     #[arg(long, default_value_t = 600)]
     pub drain_timeout_secs: u64,
+    #[command(flatten)]
+    pub faults: FaultArgs,
 }
 
 /// The ceilings end to end is held to, measured now.
@@ -84,58 +87,67 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
     let p = &args.pipeline;
     let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
 
-    let rig = Rig::create(dir, None, &pubsub.host, p, 30).await?;
-    let mut pipeline = Pipeline::start(rig, dir, 1, Duration::from_millis(500)).await?;
+    let mut pipeline = Pipeline::launch(
+        dir,
+        Setup {
+            args: p,
+            plan: args.faults.plan()?,
+            relays: 1,
+            sample_every: Duration::from_millis(500),
+            ack_deadline_secs: 30,
+            shared_emulator: Some(&pubsub.host),
+        },
+    )
+    .await?;
+    let faults = pipeline.plan.describe();
     eprintln!("writing for {} s with {} writers", args.seconds, p.writers);
-    let (write, total) = pipeline
+    let drained = pipeline
         .write_and_drain(
             Load {
                 writers: p.writers,
-                keys: p.keys,
+                shape: p.shape(),
                 pace: Pace::ClosedLoop,
                 duration: Duration::from_secs(args.seconds),
             },
             Duration::from_secs(args.drain_timeout_secs),
         )
         .await?;
-    let end_to_end_seconds = pipeline.origin.seconds();
     let run = pipeline
         .conclude("commit → projection (closed loop, queueing included)", 0.0)
         .await?;
 
+    let total = drained.total;
     let writes = Rate::new(
         "committed writes (outbox API, closed loop)",
         total,
-        write.seconds,
+        drained.write.seconds,
     );
     let end_to_end = Rate::new(
-        "end to end (first commit → last projection)",
+        if p.relay_only {
+            "relay only (first commit → last publish)"
+        } else {
+            "end to end (first commit → last projection)"
+        },
         total,
-        end_to_end_seconds,
+        *drained.converged.as_ref().unwrap_or(&f64::INFINITY),
     );
     let ratio = ceilings.ratio(&end_to_end);
-    Ok(Report {
+    let mut report = Report {
         benchmark: "throughput: outbox API → relay → emulator → projection".into(),
-        parameters: vec![
-            ("seconds".into(), args.seconds.to_string()),
-            ("writers".into(), p.writers.to_string()),
-            ("keys".into(), p.keys.to_string()),
-            ("shards".into(), p.shards.to_string()),
-            ("streams".into(), p.streams.to_string()),
-            (
-                "failed_write_attempts".into(),
-                write.failed_attempts.to_string(),
-            ),
-            (
-                "worker_exits".into(),
-                run.unexpected_exits.len().to_string(),
-            ),
-        ],
+        parameters: p.parameters(),
         rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
         ratios: vec![ratio],
-        panels: drive::panels(&run.samples),
-        latency: Some(run.latency),
-        verdict: Some(run.verdict),
+        goals: drained.convergence_goal().into_iter().collect(),
         ..Default::default()
-    })
+    };
+    report.parameters.extend([
+        ("seconds".into(), args.seconds.to_string()),
+        ("faults".into(), faults),
+        (
+            "failed_write_attempts".into(),
+            drained.write.failed_attempts.to_string(),
+        ),
+    ]);
+    run.fill(&mut report, drained.after_warm_up(WARM_UP_SHARE));
+    Ok(report)
 }

@@ -1,7 +1,8 @@
 //! `courier-load worker …` (hidden): the relay or the consumer of a run as a process of its
 //! own, so the harness can measure it, kill it with SIGKILL and start it again.
 
-use crate::workload::LoadProjection;
+use crate::rig::Rig;
+use crate::workload::{LoadProjection, Workload};
 use courier::inbound::{Consumer, ConsumerOptions, ConsumerSpec};
 use courier::outbox::{Relay, RelayOptions};
 use courier::CourierConfig;
@@ -29,7 +30,30 @@ enum WorkerRole {
         subscription: String,
         #[arg(long)]
         dead_letter_topic: String,
+        /// What the events carry, hence how they are projected.
+        #[arg(long, value_enum)]
+        workload: Workload,
+        /// Lock timeout of each projection transaction, milliseconds.
+        #[arg(long)]
+        lock_timeout_millis: Option<u64>,
     },
+}
+
+/// The consumer's arguments for `rig`'s run.
+pub fn consumer_args(rig: &Rig) -> Vec<String> {
+    let mut args = vec![
+        "--subscription".to_string(),
+        rig.subscription.name.clone(),
+        "--dead-letter-topic".into(),
+        rig.dead_letter_topic.clone(),
+        "--workload".into(),
+        rig.workload.name().into(),
+    ];
+    if let Some(timeout) = rig.consumer_lock_timeout {
+        args.push("--lock-timeout-millis".into());
+        args.push(timeout.as_millis().to_string());
+    }
+    args
 }
 
 /// Resolves when the process that started this one is gone (a harness killed with SIGKILL
@@ -63,6 +87,8 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             config,
             subscription,
             dead_letter_topic,
+            workload,
+            lock_timeout_millis,
         } => {
             let config = CourierConfig::load(&config)?;
             let spec = ConsumerSpec {
@@ -73,7 +99,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             let consumer = Consumer::spawn(
                 &config,
                 spec,
-                LoadProjection::new()?,
+                LoadProjection::new(workload, lock_timeout_millis.map(Duration::from_millis))?,
                 ConsumerOptions::default(),
             )?;
             stopped().await;

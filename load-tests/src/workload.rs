@@ -1,18 +1,29 @@
 //! The harness's workload: a business table that is the source of truth, one event per write
-//! through the framework's outbox API in the same transaction, and a projection that keeps the
-//! latest value per aggregate and logs every effect it has.
+//! through the framework's outbox API in the same transaction, and a projection that logs
+//! every effect it has.
+//!
+//! Two choices shape it, as production does:
+//! - the key space: a fixed set of aggregates written again and again ([`KeySpace::Reused`]),
+//!   or a fresh UUID aggregate per create, as every new video is ([`KeySpace::Unique`]),
+//!   optionally followed by a few updates each;
+//! - the events: each write carries the aggregate's whole state ([`Workload::Whole`], which a
+//!   versioned upsert keeps right whatever the order), or only the one field it changed, as a
+//!   `PATCH` does ([`Workload::Delta`], projected field by field like engagement's replica: an
+//!   update applied out of order then leaves a wrong field).
 //!
 //! Everything the checker and the latency report need is in the database: `load.writes` is
 //! the log of committed writes (with the time each write was *meant* to start, which makes
 //! open-loop latency coordinated-omission safe), `load.applied` one row per effect of the
-//! projection (a second row for one version is a double effect), `load.projection` the read
-//! model to compare with `load.source`.
+//! projection in the order they were applied (`seq`; a second row for one version is a double
+//! effect), `load.projection` the read model to compare with `load.source` field by field.
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use courier::db::PgTransaction;
 use courier::inbound::{EventMeta, HandlerError, Projection, VersionedUpsert};
 use courier::outbox::{NewEvent, Outbox};
+use rand::Rng as _;
+use std::time::Duration;
 
 /// Creates the workload's tables (idempotent).
 pub const SCHEMA: &str = "
@@ -20,12 +31,11 @@ pub const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS load.source (
         aggregate_id text PRIMARY KEY,
         version bigint NOT NULL,
-        value text NOT NULL);
+        a text NOT NULL, b text NOT NULL, c text NOT NULL);
     CREATE TABLE IF NOT EXISTS load.writes (
         seq bigserial UNIQUE,
         aggregate_id text NOT NULL,
         version bigint NOT NULL,
-        value text NOT NULL,
         intended_at timestamptz NOT NULL,
         committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
         PRIMARY KEY (aggregate_id, version));
@@ -38,39 +48,162 @@ pub const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS load.projection (
         aggregate_id text PRIMARY KEY,
         version bigint NOT NULL,
-        value text NOT NULL);";
+        a text NOT NULL, b text NOT NULL, c text NOT NULL);";
+
+/// The fields of an aggregate; a delta write changes one of them.
+pub const FIELDS: [&str; 3] = ["a", "b", "c"];
 
 pub const AGGREGATE_TYPE: &str = "load";
-pub const EVENT_TYPE: &str = "ValueSet";
+pub const EVENT_TYPE: &str = "FieldsSet";
 
-/// The workload's event payload.
+/// The workload's event payload: the fields the write set (all of them for a create or a
+/// whole-state write; one for a delta update).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ValueSet {
-    #[prost(string, tag = "1")]
-    pub value: String,
+pub struct FieldsSet {
     /// When the write was scheduled to start (open loop) or started (closed loop), in
     /// microseconds since the epoch: latency is measured from here.
-    #[prost(int64, tag = "2")]
+    #[prost(int64, tag = "1")]
     pub intended_at_micros: i64,
+    #[prost(string, optional, tag = "2")]
+    pub a: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub b: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    pub c: Option<String>,
 }
 
-/// Aggregate ids `agg-000000` …: a fixed key space the writers pick from.
+impl FieldsSet {
+    fn is_whole(&self) -> bool {
+        self.a.is_some() && self.b.is_some() && self.c.is_some()
+    }
+}
+
+/// What each write's event carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// The aggregate's whole state; projected with a versioned upsert.
+    Whole,
+    /// A create carries the whole state, an update the one field it changed; projected field
+    /// by field under the version guard (absent fields keep their value).
+    Delta,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Whole => "whole",
+            Workload::Delta => "delta",
+        }
+    }
+}
+
+/// Which aggregates the writes go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeySpace {
+    /// `--keys` aggregates, each write to one of them at random.
+    Reused,
+    /// A fresh UUID aggregate per create, followed by `--updates` updates of it.
+    Unique,
+}
+
+/// The shape of a run's writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub key_space: KeySpace,
+    /// Aggregates of the reused key space.
+    pub keys: u64,
+    /// Updates after each create of the unique key space.
+    pub updates: u32,
+    pub workload: Workload,
+}
+
+impl Shape {
+    pub fn describe(&self) -> String {
+        match self.key_space {
+            KeySpace::Reused => format!("{} keys, {} events", self.keys, self.workload.name()),
+            KeySpace::Unique => format!(
+                "a new key per create + {} update(s) each, {} events",
+                self.updates,
+                self.workload.name()
+            ),
+        }
+    }
+}
+
+/// Aggregate ids `agg-000000` …: the reused key space.
 pub fn aggregate_id(index: u64) -> String {
     format!("agg-{index:06}")
 }
 
-/// Writes one value of one aggregate: bumps the source row (its lock orders writes of one
+/// One writer's choice of aggregates. In the unique key space each writer keeps a few
+/// aggregates open at once, so one aggregate's versions are interleaved with other writes
+/// (and can be in flight together), as a service's many clients do.
+pub struct KeyPicker {
+    shape: Shape,
+    /// Unique key space: aggregates created and still owed updates.
+    open: Vec<(String, u32)>,
+}
+
+/// Aggregates a writer of the unique key space keeps open at once.
+const OPEN_AGGREGATES: usize = 8;
+
+impl KeyPicker {
+    pub fn new(shape: Shape) -> Self {
+        Self {
+            shape,
+            open: Vec::with_capacity(OPEN_AGGREGATES),
+        }
+    }
+
+    /// The aggregate of the next write.
+    pub fn next(&mut self, rng: &mut impl rand::Rng) -> String {
+        match self.shape.key_space {
+            KeySpace::Reused => aggregate_id(rng.gen_range(0..self.shape.keys.max(1))),
+            KeySpace::Unique => {
+                if self.shape.updates == 0 || self.open.len() < OPEN_AGGREGATES {
+                    let id = uuid::Uuid::new_v4().to_string();
+                    if self.shape.updates > 0 {
+                        self.open.push((id.clone(), self.shape.updates));
+                    }
+                    return id;
+                }
+                let i = rng.gen_range(0..self.open.len());
+                let id = self.open[i].0.clone();
+                self.open[i].1 -= 1;
+                if self.open[i].1 == 0 {
+                    self.open.swap_remove(i);
+                }
+                id
+            }
+        }
+    }
+}
+
+/// Writes one change of one aggregate: bumps the source row (its lock orders writes of one
 /// aggregate), logs the write, and appends the event, all in one transaction.
 pub struct Writer {
     outbox: Outbox,
     topic: String,
+    workload: Workload,
 }
 
+/// Creates the row with every field at `v1`, or moves it one version on and sets the chosen
+/// field (`$2`: a field name, or `*` for all of them) to `v<new version>`.
+const WRITE_SOURCE: &str = "
+    INSERT INTO load.source AS s (aggregate_id, version, a, b, c) VALUES ($1, 1, 'v1', 'v1', 'v1')
+    ON CONFLICT (aggregate_id) DO UPDATE SET
+        version = s.version + 1,
+        a = CASE WHEN $2 IN ('a', '*') THEN 'v' || (s.version + 1) ELSE s.a END,
+        b = CASE WHEN $2 IN ('b', '*') THEN 'v' || (s.version + 1) ELSE s.b END,
+        c = CASE WHEN $2 IN ('c', '*') THEN 'v' || (s.version + 1) ELSE s.c END
+    RETURNING version, a, b, c";
+
 impl Writer {
-    pub fn new(config: &courier::CourierConfig, topic: &str) -> Self {
+    pub fn new(config: &courier::CourierConfig, topic: &str, workload: Workload) -> Self {
         Self {
             outbox: Outbox::new(config),
             topic: topic.into(),
+            workload,
         }
     }
 
@@ -81,28 +214,31 @@ impl Writer {
         aggregate_id: &str,
         intended_at: DateTime<Utc>,
     ) -> anyhow::Result<i64> {
-        let value = format!("{aggregate_id}@{}", intended_at.timestamp_micros());
+        let field = match self.workload {
+            Workload::Whole => "*",
+            Workload::Delta => FIELDS[rand::thread_rng().gen_range(0..FIELDS.len())],
+        };
         let tx = client.transaction().await.context("begin a write")?;
-        let version: i64 = tx
-            .query_one(
-                "INSERT INTO load.source AS s (aggregate_id, version, value) VALUES ($1, 1, $2)
-                 ON CONFLICT (aggregate_id) DO UPDATE SET version = s.version + 1, value = $2
-                 RETURNING version",
-                &[&aggregate_id, &value],
-            )
+        let row = tx
+            .query_one(WRITE_SOURCE, &[&aggregate_id, &field])
             .await
-            .context("bump the source row")?
-            .get(0);
+            .context("write the source row")?;
+        let version: i64 = row.get(0);
         tx.execute(
-            "INSERT INTO load.writes (aggregate_id, version, value, intended_at)
-             VALUES ($1, $2, $3, $4)",
-            &[&aggregate_id, &version, &value, &intended_at],
+            "INSERT INTO load.writes (aggregate_id, version, intended_at) VALUES ($1, $2, $3)",
+            &[&aggregate_id, &version, &intended_at],
         )
         .await
         .context("log the write")?;
-        let payload = prost::Message::encode_to_vec(&ValueSet {
-            value,
+        // A create, or a whole-state write, carries every field; a delta update its one field.
+        let carries = |name: &str, column: usize| {
+            (version == 1 || field == "*" || field == name).then(|| row.get::<_, String>(column))
+        };
+        let payload = prost::Message::encode_to_vec(&FieldsSet {
             intended_at_micros: intended_at.timestamp_micros(),
+            a: carries("a", 1),
+            b: carries("b", 2),
+            c: carries("c", 3),
         });
         let event = NewEvent::new(
             &self.topic,
@@ -122,29 +258,43 @@ impl Writer {
     }
 }
 
-/// The read model: the latest value per aggregate (versioned upsert) plus one `load.applied`
+/// The read model: the fields per aggregate under the version guard, plus one `load.applied`
 /// row per effect.
 pub struct LoadProjection {
     upsert: VersionedUpsert,
+    workload: Workload,
+    /// When set, each projection transaction waits at most this long for a row lock (what a
+    /// service sets so a held lock fails fast instead of stalling its consumer); the
+    /// `handler-transient` fault holds rows locked to make it fire.
+    lock_timeout: Option<Duration>,
 }
 
+/// A delta update: absent fields keep their value; an older or equal version changes nothing
+/// (engagement's `update_replica.sql` does the same).
+const APPLY_DELTA: &str = "
+    UPDATE load.projection
+    SET a = COALESCE($2, a), b = COALESCE($3, b), c = COALESCE($4, c), version = $5
+    WHERE aggregate_id = $1 AND version < $5";
+
 impl LoadProjection {
-    pub fn new() -> anyhow::Result<Self> {
+    pub fn new(workload: Workload, lock_timeout: Option<Duration>) -> anyhow::Result<Self> {
         Ok(Self {
-            upsert: VersionedUpsert::new("load.projection", &["aggregate_id"], &["value"])
+            upsert: VersionedUpsert::new("load.projection", &["aggregate_id"], &["a", "b", "c"])
                 .map_err(anyhow::Error::msg)?,
+            workload,
+            lock_timeout,
         })
     }
 }
 
 impl Projection for LoadProjection {
-    type Event = ValueSet;
+    type Event = FieldsSet;
 
     async fn apply(
         &self,
         tx: &PgTransaction<'_>,
         meta: &EventMeta,
-        event: &ValueSet,
+        event: &FieldsSet,
     ) -> Result<(), HandlerError> {
         let intended_at = DateTime::<Utc>::from_timestamp_micros(event.intended_at_micros)
             .ok_or_else(|| {
@@ -153,9 +303,45 @@ impl Projection for LoadProjection {
                     event.intended_at_micros
                 ))
             })?;
-        self.upsert
-            .execute(tx, &[&meta.aggregate_id, &event.value], meta.version)
-            .await?;
+        if let Some(timeout) = self.lock_timeout {
+            let set = tx
+                .prepared("SELECT set_config('lock_timeout', $1, true)")
+                .await?;
+            tx.execute(&set, &[&format!("{}ms", timeout.as_millis())])
+                .await?;
+        }
+        match self.workload {
+            Workload::Whole => {
+                let [a, b, c] =
+                    [&event.a, &event.b, &event.c].map(|f| f.clone().unwrap_or_default());
+                self.upsert
+                    .execute(tx, &[&meta.aggregate_id, &a, &b, &c], meta.version)
+                    .await?;
+            }
+            Workload::Delta if event.is_whole() => {
+                self.upsert
+                    .execute(
+                        tx,
+                        &[&meta.aggregate_id, &event.a, &event.b, &event.c],
+                        meta.version,
+                    )
+                    .await?;
+            }
+            Workload::Delta => {
+                let update = tx.prepared(APPLY_DELTA).await?;
+                tx.execute(
+                    &update,
+                    &[
+                        &meta.aggregate_id,
+                        &event.a,
+                        &event.b,
+                        &event.c,
+                        &meta.version,
+                    ],
+                )
+                .await?;
+            }
+        }
         let record = tx
             .prepared(
                 "INSERT INTO load.applied (aggregate_id, version, intended_at) VALUES ($1, $2, $3)",
@@ -164,5 +350,52 @@ impl Projection for LoadProjection {
         tx.execute(&record, &[&meta.aggregate_id, &meta.version, &intended_at])
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng as _;
+
+    fn shape(key_space: KeySpace, updates: u32) -> Shape {
+        Shape {
+            key_space,
+            keys: 10,
+            updates,
+            workload: Workload::Whole,
+        }
+    }
+
+    #[test]
+    fn the_unique_key_space_writes_each_new_aggregate_once_plus_its_updates() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut picker = KeyPicker::new(shape(KeySpace::Unique, 3));
+        let mut writes: std::collections::HashMap<String, u32> = Default::default();
+        for _ in 0..4_000 {
+            *writes.entry(picker.next(&mut rng)).or_default() += 1;
+        }
+        // Every aggregate gets its create and 3 updates, except the few still open.
+        let complete = writes.values().filter(|&&n| n == 4).count();
+        assert!(writes.values().all(|&n| (1..=4).contains(&n)), "{writes:?}");
+        assert!(
+            complete >= writes.len() - OPEN_AGGREGATES,
+            "{complete} of {}",
+            writes.len()
+        );
+        assert!(writes.keys().all(|k| uuid::Uuid::parse_str(k).is_ok()));
+    }
+
+    #[test]
+    fn without_updates_every_write_is_a_new_aggregate_and_reused_keys_stay_in_range() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut unique = KeyPicker::new(shape(KeySpace::Unique, 0));
+        let ids: std::collections::HashSet<String> =
+            (0..1_000).map(|_| unique.next(&mut rng)).collect();
+        assert_eq!(ids.len(), 1_000);
+        let mut reused = KeyPicker::new(shape(KeySpace::Reused, 0));
+        let ids: std::collections::HashSet<String> =
+            (0..1_000).map(|_| reused.next(&mut rng)).collect();
+        assert_eq!(ids.len(), 10);
     }
 }

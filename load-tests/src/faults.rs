@@ -1,0 +1,392 @@
+//! Faults struck at random moments while a pipeline runs, and what they need around them:
+//! - `kill-relay`, `kill-consumer`: SIGKILL, then started again after a short pause;
+//! - `restart-postgres`: an immediate restart (crash recovery) of a cluster of the run's own;
+//! - `freeze-emulator`: SIGSTOP for a few seconds of an emulator of the run's own (a restart
+//!   would lose its in-memory messages, which real Pub/Sub keeps);
+//! - `handler-transient`: projection rows of recently written aggregates held locked for a few
+//!   seconds while the consumer's transactions wait at most [`HANDLER_LOCK_TIMEOUT`] for a
+//!   row lock, so their handlers fail with a lock timeout, as a long transaction or a
+//!   migration holding rows causes in production;
+//! - `broker-slow`: Pub/Sub answers late, or not at all, for 10–30 s (a proxy in front of the
+//!   emulator holds the workers' traffic; see `broker_proxy`).
+//!
+//! Poison messages (undecodable, unknown schema version) can be published beside the real
+//! events; the checker expects exactly those on the dead-letter topic.
+
+use crate::broker_proxy::BrokerProxy;
+use crate::own_stack::{OwnEmulator, OwnPostgres};
+use crate::pipeline::Pipeline;
+use crate::processes::Role;
+use anyhow::Context as _;
+use courier::outbox::attributes::{self, RequiredFields};
+use google_cloud_pubsub::model::Message;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fault {
+    KillRelay,
+    KillConsumer,
+    RestartPostgres,
+    FreezeEmulator,
+    HandlerTransient,
+    BrokerSlow,
+}
+
+/// How long the consumer's projection transactions wait for a row lock while
+/// `handler-transient` is among the faults (a service's usual `lock_timeout`).
+pub const HANDLER_LOCK_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// Faults for the pipeline commands that run without them by default (throughput, latency,
+/// soak); `chaos` has its own defaults.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FaultArgs {
+    /// Faults to strike at random moments while the writers write (default: none).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub faults: Vec<Fault>,
+    /// Shortest pause between two faults, seconds.
+    #[arg(long, default_value_t = 5)]
+    pub min_gap_secs: u64,
+    /// Longest pause between two faults, seconds.
+    #[arg(long, default_value_t = 15)]
+    pub max_gap_secs: u64,
+    /// Seed of the fault schedule (default: random; printed in the report).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl FaultArgs {
+    pub fn plan(&self) -> anyhow::Result<FaultPlan> {
+        FaultPlan::new(
+            self.faults.clone(),
+            self.min_gap_secs,
+            self.max_gap_secs,
+            self.seed,
+            0,
+        )
+    }
+}
+
+/// What to strike, how often, and how many poison messages to publish meanwhile.
+#[derive(Debug, Clone)]
+pub struct FaultPlan {
+    pub faults: Vec<Fault>,
+    min_gap_secs: u64,
+    max_gap_secs: u64,
+    pub seed: u64,
+    pub poison: u32,
+}
+
+impl FaultPlan {
+    pub fn new(
+        faults: Vec<Fault>,
+        min_gap_secs: u64,
+        max_gap_secs: u64,
+        seed: Option<u64>,
+        poison: u32,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            min_gap_secs <= max_gap_secs,
+            "--min-gap-secs ({min_gap_secs}) must not exceed --max-gap-secs ({max_gap_secs})"
+        );
+        Ok(Self {
+            faults,
+            min_gap_secs,
+            max_gap_secs,
+            seed: seed.unwrap_or_else(|| rand::thread_rng().gen()),
+            poison,
+        })
+    }
+
+    /// No faults, no poison.
+    pub fn none() -> Self {
+        Self {
+            faults: Vec::new(),
+            min_gap_secs: 0,
+            max_gap_secs: 0,
+            seed: 0,
+            poison: 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.faults.is_empty() && self.poison == 0
+    }
+
+    fn has(&self, fault: Fault) -> bool {
+        self.faults.contains(&fault)
+    }
+
+    /// `kill-relay,broker-slow (seed 42)`, or `none`.
+    pub fn describe(&self) -> String {
+        if self.faults.is_empty() {
+            return "none".into();
+        }
+        let names: Vec<String> = self
+            .faults
+            .iter()
+            .filter_map(|f| clap::ValueEnum::to_possible_value(f).map(|v| v.get_name().to_string()))
+            .collect();
+        format!("{} (seed {})", names.join(","), self.seed)
+    }
+
+    /// The lock timeout the consumer's projection must run with for this plan.
+    pub fn consumer_lock_timeout(&self) -> Option<Duration> {
+        self.has(Fault::HandlerTransient)
+            .then_some(HANDLER_LOCK_TIMEOUT)
+    }
+}
+
+/// What a plan needs around the pipeline: a PostgreSQL cluster and an emulator of the run's
+/// own when it restarts or freezes them, a proxy in front of the emulator when it slows it.
+pub struct FaultStack {
+    pub postgres: Option<Arc<OwnPostgres>>,
+    pub emulator: Option<OwnEmulator>,
+    pub proxy: Option<BrokerProxy>,
+}
+
+impl FaultStack {
+    /// Starts what `plan` needs of its own (the proxy comes later, once the emulator is known).
+    pub async fn start(plan: &FaultPlan, dir: &Path) -> anyhow::Result<Self> {
+        let postgres = if plan.has(Fault::RestartPostgres) {
+            eprintln!("starting a PostgreSQL cluster of this run's own");
+            Some(Arc::new(OwnPostgres::start()?))
+        } else {
+            None
+        };
+        let emulator = if plan.has(Fault::FreezeEmulator) {
+            eprintln!("starting an emulator of this run's own");
+            Some(OwnEmulator::start(&dir.join("emulator.log")).await?)
+        } else {
+            None
+        };
+        Ok(Self {
+            postgres,
+            emulator,
+            proxy: None,
+        })
+    }
+
+    /// The database server for the rig (`None`: the default one).
+    pub fn database_server(&self) -> Option<String> {
+        self.postgres.as_ref().map(|p| p.url())
+    }
+
+    /// Puts a proxy between the workers and `emulator_host` when the plan slows the broker;
+    /// returns the host the workers should use.
+    pub async fn workers_emulator_host(
+        &mut self,
+        plan: &FaultPlan,
+        emulator_host: &str,
+    ) -> anyhow::Result<String> {
+        if !plan.has(Fault::BrokerSlow) {
+            return Ok(emulator_host.to_string());
+        }
+        let proxy = BrokerProxy::start(emulator_host).await?;
+        let host = proxy.host.clone();
+        self.proxy = Some(proxy);
+        Ok(host)
+    }
+}
+
+/// What the faults did.
+#[derive(Debug, Default)]
+pub struct Strikes {
+    /// `(seconds into the run, what)` of every fault and poison message.
+    pub timeline: Vec<(f64, String)>,
+    /// Faults struck (poison messages apart).
+    pub faults: usize,
+    /// Event ids of the poison messages published.
+    pub poison: Vec<String>,
+}
+
+/// Until `until`: waits a random gap, publishes a poison message while the plan owes some,
+/// strikes a random fault of the plan, and restarts workers that exited on their own.
+pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<Strikes> {
+    let plan = pipeline.plan.clone();
+    let mut rng = StdRng::seed_from_u64(plan.seed);
+    let mut strikes = Strikes::default();
+    let publisher = if plan.poison > 0 {
+        Some(
+            pipeline
+                .rig
+                .pubsub()
+                .publisher(
+                    &pipeline.rig.topic,
+                    courier::outbox::publisher::CLIENT_BATCH_DELAY,
+                )
+                .await?,
+        )
+    } else {
+        None
+    };
+    loop {
+        let gap = Duration::from_secs(rng.gen_range(plan.min_gap_secs..=plan.max_gap_secs));
+        let next = Instant::now() + gap;
+        while Instant::now() < next.min(until) {
+            pipeline.keep_workers_up()?;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        if let Some(publisher) = &publisher {
+            if strikes.poison.len() < plan.poison as usize {
+                let id = uuid::Uuid::now_v7();
+                publisher
+                    .publish(poison_message(id, strikes.poison.len()))
+                    .await
+                    .context("publish a poison message")?;
+                strikes.poison.push(id.to_string());
+                strikes
+                    .timeline
+                    .push((pipeline.origin.seconds(), format!("poison {id}")));
+            }
+        }
+        if plan.faults.is_empty() {
+            continue;
+        }
+        let fault = plan.faults[rng.gen_range(0..plan.faults.len())];
+        let at = pipeline.origin.seconds();
+        let what = strike_one(pipeline, fault, &mut rng).await?;
+        eprintln!("{at:>7.1} s  {what}");
+        strikes.timeline.push((at, what));
+        strikes.faults += 1;
+    }
+    Ok(strikes)
+}
+
+async fn strike_one(
+    pipeline: &mut Pipeline,
+    fault: Fault,
+    rng: &mut StdRng,
+) -> anyhow::Result<String> {
+    Ok(match fault {
+        Fault::KillRelay | Fault::KillConsumer => {
+            let role = if fault == Fault::KillRelay {
+                Role::Relay
+            } else {
+                Role::Consumer
+            };
+            let candidates = pipeline.workers.indices(role);
+            anyhow::ensure!(!candidates.is_empty(), "no {} to kill", role.name());
+            let index = candidates[rng.gen_range(0..candidates.len())];
+            pipeline.workers.kill(index).await?;
+            let down = Duration::from_millis(rng.gen_range(200..2_000));
+            tokio::time::sleep(down).await;
+            pipeline.workers.restart(index)?;
+            pipeline.refresh_watched();
+            format!(
+                "kill -9 {}, restarted after {} ms",
+                pipeline.workers.label(index),
+                down.as_millis()
+            )
+        }
+        Fault::RestartPostgres => {
+            let postgres = pipeline
+                .stack
+                .postgres
+                .clone()
+                .context("restart-postgres needs the run's own cluster")?;
+            tokio::task::spawn_blocking(move || postgres.restart_immediately())
+                .await
+                .context("the restart task panicked")??;
+            "PostgreSQL restarted (immediate stop, crash recovery)".into()
+        }
+        Fault::FreezeEmulator => {
+            let emulator = pipeline
+                .stack
+                .emulator
+                .as_ref()
+                .context("freeze-emulator needs the run's own emulator")?;
+            let pause = Duration::from_millis(rng.gen_range(1_000..5_000));
+            emulator.freeze_for(pause).await;
+            format!("emulator frozen for {} ms", pause.as_millis())
+        }
+        Fault::HandlerTransient => {
+            let hold = Duration::from_millis(rng.gen_range(2_000..6_000));
+            let locked = hold_recent_rows_locked(pipeline, hold).await?;
+            format!(
+                "{locked} projection rows of recently written aggregates held locked for {} ms \
+                 (handlers time out after {} ms)",
+                hold.as_millis(),
+                HANDLER_LOCK_TIMEOUT.as_millis()
+            )
+        }
+        Fault::BrokerSlow => {
+            let proxy = pipeline
+                .stack
+                .proxy
+                .as_ref()
+                .context("broker-slow needs the proxy in front of the emulator")?;
+            let window = Duration::from_secs(rng.gen_range(10..=30));
+            if rng.gen_bool(0.5) {
+                let delay = Duration::from_millis(rng.gen_range(500..3_000));
+                proxy.slow_for(delay, window).await;
+                format!(
+                    "Pub/Sub slow for {} s: every answer {} ms late",
+                    window.as_secs(),
+                    delay.as_millis()
+                )
+            } else {
+                proxy.silent_for(window).await;
+                format!("Pub/Sub silent for {} s", window.as_secs())
+            }
+        }
+    })
+}
+
+/// Rows of the projection a held lock blocks: those of the aggregates written last, which are
+/// the ones the consumer is about to update.
+const RECENT_AGGREGATES: i64 = 200;
+
+/// Locks the projection rows of the most recently written aggregates for `hold`, then rolls
+/// back; returns how many rows it held.
+async fn hold_recent_rows_locked(pipeline: &Pipeline, hold: Duration) -> anyhow::Result<u64> {
+    let mut client = pipeline.rig.client().await?;
+    let tx = client
+        .transaction()
+        .await
+        .context("begin the lock holder")?;
+    let locked = tx
+        .execute(
+            "SELECT 1 FROM load.projection WHERE aggregate_id IN (
+                 SELECT aggregate_id FROM load.writes ORDER BY seq DESC LIMIT $1)
+             FOR UPDATE",
+            &[&RECENT_AGGREGATES],
+        )
+        .await
+        .context("lock recent projection rows")?;
+    tokio::time::sleep(hold).await;
+    tx.rollback().await.context("release the held rows")?;
+    Ok(locked)
+}
+
+/// Garbage that cannot decode, or a valid payload of an unknown schema version: both must
+/// end on the dead-letter topic with their reason.
+fn poison_message(event_id: uuid::Uuid, n: usize) -> Message {
+    let key = format!("poison-{n}");
+    let (data, schema_version) = if n.is_multiple_of(2) {
+        (vec![0xffu8; 16], 1)
+    } else {
+        (Vec::new(), 99)
+    };
+    Message::new()
+        .set_data(data)
+        .set_ordering_key(key.clone())
+        .set_attributes(attributes::build(
+            RequiredFields {
+                event_id,
+                event_type: crate::workload::EVENT_TYPE,
+                aggregate_id: &key,
+                aggregate_type: crate::workload::AGGREGATE_TYPE,
+                version: 1,
+                occurred_at: chrono::Utc::now(),
+                schema_version,
+            },
+            [],
+        ))
+}
