@@ -421,6 +421,31 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
     panels
 }
 
+/// Per process: CPU-seconds spent between `from` and `to` (seconds from the origin), summed
+/// over consecutive samples so a restarted process (whose counters start again) and
+/// PostgreSQL backends that exited (taking their ticks with them) count only what was seen.
+pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)> {
+    let mut labels: Vec<&String> = samples
+        .iter()
+        .flat_map(|s| s.processes.iter().map(|(l, _)| l))
+        .collect();
+    labels.sort();
+    labels.dedup();
+    labels
+        .into_iter()
+        .map(|label| {
+            let readings: Vec<u64> = samples
+                .iter()
+                .filter(|s| s.t >= from && s.t <= to)
+                .filter_map(|s| s.processes.iter().find(|(l, _)| l == label))
+                .map(|(_, r)| r.cpu_ticks)
+                .collect();
+            let ticks: u64 = readings.windows(2).map(|w| w[1].saturating_sub(w[0])).sum();
+            (label.clone(), ticks as f64 / TICKS_PER_SECOND)
+        })
+        .collect()
+}
+
 /// Per process: `(label, drift, first, last)` where `first` and `last` are the mean RSS of
 /// the first and last tenth of `[from, to]` and `drift = last / first − 1`.
 pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64, f64, f64)> {
@@ -529,5 +554,29 @@ mod tests {
         assert!((first / 1_048_576.0 - 100.0).abs() < 1e-9);
         assert!((last / 1_048_576.0 - 110.0).abs() < 1e-9, "{last}");
         assert!((d - 0.10).abs() < 1e-9, "{d}");
+    }
+
+    #[test]
+    fn cpu_is_summed_over_the_window_and_a_restart_does_not_count_negative() {
+        let reading = |t: f64, ticks: u64| Sample {
+            processes: vec![(
+                "relay-1".into(),
+                ProcessReading {
+                    rss_bytes: 1,
+                    cpu_ticks: ticks,
+                },
+            )],
+            ..rss_sample(t, 1)
+        };
+        // 100 ticks, a restart (counters from 0 again), 50 more; the last sample is outside.
+        let samples = [
+            reading(0.0, 1_000),
+            reading(1.0, 1_100),
+            reading(2.0, 10),
+            reading(3.0, 60),
+            reading(9.0, 5_000),
+        ];
+        let cpu = cpu_seconds(&samples, 0.0, 3.0);
+        assert_eq!(cpu, vec![("relay-1".to_string(), 1.6)]);
     }
 }

@@ -40,7 +40,7 @@ fn service_config(
 pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
     let pubsub = TestPubSub::get().await?;
     let p = &args.pipeline;
-    let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
+    let ceilings = measure_ceilings(&pubsub, p, args.probe_seconds).await?;
     let db = TestDb::new().await?;
     let project = pubsub.isolated_config();
     let catalog = service_config(&db, &project, "catalog", p.streams);
@@ -121,6 +121,7 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
         end_to_end_seconds,
     );
     let ratio = ceilings.ratio(&end_to_end);
+    let (bound, to_bound) = ceilings.bound(&end_to_end);
     Ok(Report {
         benchmark:
             "throughput via HTTP: catalog POST /videos → relay → emulator → engagement's replica"
@@ -134,8 +135,15 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
                 refused.load(Ordering::Relaxed).to_string(),
             ),
         ],
-        rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
-        ratios: vec![ratio],
+        notes: crate::stages::describe(&ceilings.stages),
+        rates: vec![
+            ceilings.postgres,
+            ceilings.receive,
+            bound,
+            writes,
+            end_to_end,
+        ],
+        ratios: vec![ratio, to_bound],
         ..Default::default()
     })
 }

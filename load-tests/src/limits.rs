@@ -4,10 +4,12 @@
 //! - the emulator: publish rate with 1,000 ordering keys and without, StreamingPull
 //!   receive-and-ack per stream count, and publish → receive latency at a fixed rate.
 
+use crate::cpu::CpuMeter;
 use crate::fixtures::{
     poll_until_done, progress, publish_bounded, warm_up_emulator, warm_up_note, WARM_UP_MAX_ROUNDS,
 };
 use crate::report::{Latency, Rate, Report};
+use crate::stages::{Stage, WorksOn};
 use anyhow::Context as _;
 use courier::outbox::attributes::{self, RequiredFields};
 use courier::pubsub::SubscriptionSpec;
@@ -213,8 +215,21 @@ pub async fn raw_receive_rate(
     count: u64,
     keys: u64,
 ) -> anyhow::Result<Rate> {
+    Ok(raw_receive_rate_metered(pubsub, streams, count, keys)
+        .await?
+        .0)
+}
+
+/// [`raw_receive_rate`], with what publishing the backlog and receiving it cost the machine.
+pub async fn raw_receive_rate_metered(
+    pubsub: &TestPubSub,
+    streams: u32,
+    count: u64,
+    keys: u64,
+) -> anyhow::Result<(Rate, [Stage; 2])> {
     let topic = pubsub.topic("limits.receive").await?;
     let subscription = unordered_or_ordered(pubsub, &topic, true).await?;
+    let meter = CpuMeter::start(&pubsub.host);
     publish_messages(
         pubsub,
         &topic,
@@ -223,7 +238,21 @@ pub async fn raw_receive_rate(
         "published (receive backlog)",
     )
     .await?;
-    raw_receive(pubsub, &subscription, streams, count, 600).await
+    let publish = Stage {
+        name: format!("raw publish ({keys} keys)"),
+        events: count,
+        cpu: meter.stop(),
+        works_on: WorksOn::Broker,
+    };
+    let meter = CpuMeter::start(&pubsub.host);
+    let rate = raw_receive(pubsub, &subscription, streams, count, 600).await?;
+    let receive = Stage {
+        name: format!("raw receive+ack ({streams} streams)"),
+        events: rate.events,
+        cpu: meter.stop(),
+        works_on: WorksOn::Broker,
+    };
+    Ok((rate, [publish, receive]))
 }
 
 async fn unordered_or_ordered(

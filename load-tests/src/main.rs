@@ -33,6 +33,7 @@ mod report;
 mod rig;
 mod scale;
 mod soak;
+mod stages;
 mod throughput;
 mod worker;
 mod workload;

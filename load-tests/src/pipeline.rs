@@ -408,12 +408,32 @@ pub struct Concluded {
 }
 
 impl Concluded {
+    /// What each process spent in CPU per committed write over the whole run (the write phase,
+    /// the drain, and any probe before them).
+    fn cpu_per_event(&self) -> String {
+        let to = self.samples.last().map_or(0.0, |s| s.t);
+        let cpu = drive::cpu_seconds(&self.samples, 0.0, to);
+        let events = self.verdict.committed.max(1) as f64;
+        let total: f64 = cpu.iter().map(|(_, seconds)| seconds).sum();
+        let each: Vec<String> = cpu
+            .iter()
+            .map(|(label, seconds)| format!("{label} {:.0}", seconds * 1e6 / events))
+            .collect();
+        format!(
+            "CPU per committed write, µs: {} (together {:.0}); whole run, {} writes",
+            each.join(", "),
+            total * 1e6 / events,
+            self.verdict.committed
+        )
+    }
+
     /// Puts what every pipeline report shows into `report`: the checker's verdict, the
     /// latency, the faults on the timeline, the panels, the workers that exited, and each
     /// process's memory drift over `memory_window` (seconds from the run's origin; the
     /// framework's processes held to ±10 %).
     pub fn fill(self, report: &mut Report, memory_window: (f64, f64)) {
         let (from, to) = memory_window;
+        report.notes.push(self.cpu_per_event());
         for (label, drift, first, last) in drive::memory_drift(&self.samples, from, to) {
             let framework = label.starts_with("relay") || label.starts_with("consumer");
             let change = format!(

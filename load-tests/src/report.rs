@@ -40,7 +40,8 @@ pub struct Ratio {
     pub name: String,
     pub value: f64,
     pub goal: String,
-    pub met: bool,
+    /// `None` (JSON `null`) for a ratio reported without a goal: nothing was met or missed.
+    pub met: Option<bool>,
 }
 
 impl Ratio {
@@ -63,7 +64,7 @@ impl Ratio {
             } else {
                 format!("none, vs {against}")
             },
-            met: value >= at_least,
+            met: (at_least > 0.0).then_some(value >= at_least),
         }
     }
 }
@@ -161,12 +162,10 @@ impl Report {
                 ratio.name,
                 ratio.value,
                 ratio.goal,
-                if ratio.goal.starts_with("none") {
-                    ""
-                } else if ratio.met {
-                    " — met"
-                } else {
-                    " — NOT met"
+                match ratio.met {
+                    None => "",
+                    Some(true) => " — met",
+                    Some(false) => " — NOT met",
                 }
             );
         }
@@ -218,12 +217,10 @@ impl Report {
         if !self.ratios.is_empty() || !self.goals.is_empty() {
             out += "\n| goal | result | target | met |\n|---|---:|---|---|\n";
             for r in &self.ratios {
-                let met = if r.goal.starts_with("none") {
-                    "—"
-                } else if r.met {
-                    "yes"
-                } else {
-                    "**no**"
+                let met = match r.met {
+                    None => "—",
+                    Some(true) => "yes",
+                    Some(false) => "**no**",
                 };
                 out += &format!("| {} | {:.2} | {} | {met} |\n", r.name, r.value, r.goal);
             }
@@ -313,10 +310,13 @@ mod tests {
         let claim = Rate::new("claim", 20_000, 1.0);
         let ratio = Ratio::to_lowest("relay/ceiling", &relay, &[&publish, &claim], 0.7);
         assert!((ratio.value - 0.75).abs() < 1e-9);
-        assert!(ratio.met);
+        assert_eq!(ratio.met, Some(true));
         assert!(ratio.goal.contains("claim"));
         let slow = Rate::new("relay", 10_000, 1.0);
-        assert!(!Ratio::to_lowest("r", &slow, &[&publish, &claim], 0.7).met);
+        assert_eq!(
+            Ratio::to_lowest("r", &slow, &[&publish, &claim], 0.7).met,
+            Some(false)
+        );
     }
 
     #[test]
@@ -361,6 +361,20 @@ mod tests {
         let relay = Rate::new("relay", 1, 1.0);
         let ratio = Ratio::to_lowest("r", &relay, &[], 0.7);
         assert_eq!(ratio.value, 0.0);
-        assert!(!ratio.met);
+        assert_eq!(ratio.met, Some(false));
+    }
+
+    #[test]
+    fn a_ratio_without_a_goal_is_neither_met_nor_missed() {
+        let ratio = Ratio::to_lowest(
+            "bound / ceiling",
+            &Rate::new("bound", 5, 1.0),
+            &[&Rate::new("ceiling", 10, 1.0)],
+            0.0,
+        );
+        assert_eq!(ratio.met, None);
+        assert!(serde_json::to_string(&ratio)
+            .expect("json")
+            .contains(r#""met":null"#));
     }
 }

@@ -10,6 +10,7 @@ use crate::limits;
 use crate::pipeline::{Pipeline, Setup, WARM_UP_SHARE};
 use crate::report::{Rate, Ratio, Report};
 use crate::rig::PipelineArgs;
+use crate::stages::{self, Stage};
 use courier_testkit::{TestDb, TestPubSub};
 use std::path::Path;
 use std::time::Duration;
@@ -44,10 +45,11 @@ pub struct ThroughputArgs {
     pub faults: FaultArgs,
 }
 
-/// The ceilings end to end is held to, measured now.
+/// The ceilings end to end is held to, measured now, and what each stage costs alone.
 pub struct Ceilings {
     pub postgres: Rate,
     pub receive: Rate,
+    pub stages: Vec<Stage>,
 }
 
 impl Ceilings {
@@ -60,23 +62,39 @@ impl Ceilings {
             0.6,
         )
     }
+
+    /// The machine bound the stages set, and `end_to_end` against it.
+    pub fn bound(&self, end_to_end: &Rate) -> (Rate, Ratio) {
+        stages::machine_bound(&self.stages, end_to_end)
+    }
 }
 
-/// PostgreSQL's raw insert rate with `writers` clients and the emulator's raw receive rate
-/// with `streams` streams.
+/// PostgreSQL's raw insert rate with the pipeline's writers and the emulator's raw receive
+/// rate with its streams; and each stage alone: the write transaction of the pipeline's
+/// shape, raw publish and receive (the receive backlog's), a projection transaction.
 pub async fn measure_ceilings(
     pubsub: &TestPubSub,
-    writers: u32,
-    streams: u32,
+    p: &PipelineArgs,
     probe_seconds: u64,
 ) -> anyhow::Result<Ceilings> {
     let db = TestDb::new().await?;
-    let postgres = limits::pg_insert_rate(&db, writers, 1, probe_seconds).await?;
+    let postgres = limits::pg_insert_rate(&db, p.writers, 1, probe_seconds).await?;
     drop(db);
     // The emulator paces each stream at ~2k msg/s: size the backlog to the probe's length.
-    let backlog = 2_000 * u64::from(streams) * probe_seconds;
-    let receive = limits::raw_receive_rate(pubsub, streams, backlog, 1_000).await?;
-    Ok(Ceilings { postgres, receive })
+    let backlog = 2_000 * u64::from(p.streams) * probe_seconds;
+    let (receive, [publish, received]) =
+        limits::raw_receive_rate_metered(pubsub, p.streams, backlog, 1_000).await?;
+    let write = stages::write_transaction(pubsub, p.writers, p.shape(), probe_seconds).await?;
+    let mut stages = vec![write, publish];
+    if !p.relay_only {
+        stages.push(received);
+        stages.push(stages::projection_transaction(pubsub, p.writers, probe_seconds).await?);
+    }
+    Ok(Ceilings {
+        postgres,
+        receive,
+        stages,
+    })
 }
 
 pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
@@ -85,7 +103,7 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
     }
     let pubsub = TestPubSub::get().await?;
     let p = &args.pipeline;
-    let ceilings = measure_ceilings(&pubsub, p.writers, p.streams, args.probe_seconds).await?;
+    let ceilings = measure_ceilings(&pubsub, p, args.probe_seconds).await?;
 
     let mut pipeline = Pipeline::launch(
         dir,
@@ -132,11 +150,19 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
         *drained.converged.as_ref().unwrap_or(&f64::INFINITY),
     );
     let ratio = ceilings.ratio(&end_to_end);
+    let (bound, to_bound) = ceilings.bound(&end_to_end);
     let mut report = Report {
         benchmark: "throughput: outbox API → relay → emulator → projection".into(),
         parameters: p.parameters(),
-        rates: vec![ceilings.postgres, ceilings.receive, writes, end_to_end],
-        ratios: vec![ratio],
+        notes: stages::describe(&ceilings.stages),
+        rates: vec![
+            ceilings.postgres,
+            ceilings.receive,
+            bound,
+            writes,
+            end_to_end,
+        ],
+        ratios: vec![ratio, to_bound],
         goals: drained.convergence_goal().into_iter().collect(),
         ..Default::default()
     };

@@ -68,7 +68,7 @@ async fn transient_failures_are_redelivered_and_applied_once() -> anyhow::Result
     let consumer = s.spawn(videos, ConsumerOptions::default());
     let flaky = TestEvent::new("video-3", 1, &format!("{TRANSIENT_PREFIX}2"));
     let after = TestEvent::new("video-3", 2, &format!("{TRANSIENT_PREFIX}0"));
-    s.publish(&[flaky.clone(), after]).await?;
+    s.publish(&[flaky.clone(), after.clone()]).await?;
     wait_until(WAIT, "the flaky event applied", || async {
         consumer.stats().applied >= 2
     })
@@ -82,7 +82,16 @@ async fn transient_failures_are_redelivered_and_applied_once() -> anyhow::Result
             .await,
         1
     );
-    // The later event of the key waited for the flaky one: the row ends at v2.
+    // The later event of the key waited for the flaky one: applied after it, not before (the
+    // row ends at v2 either way, so the order is read from the effects).
+    let applied_before = s
+        .scalar(&format!(
+            "SELECT count(*) FROM app.effects f, app.effects a
+             WHERE f.event_id = '{}' AND a.event_id = '{}' AND f.applied_order < a.applied_order",
+            flaky.event_id, after.event_id
+        ))
+        .await;
+    assert_eq!(applied_before, 1, "v2 was applied before the flaky v1");
     assert_eq!(s.videos().await["video-3"].1, 2);
     Ok(())
 }

@@ -43,10 +43,13 @@ CREATE TABLE app.videos (
     title    text   NOT NULL,
     version  bigint NOT NULL
 );
--- How many times each event's effect was committed: a second effect shows as 2.
+-- How many times each event's effect was committed: a second effect shows as 2. `applied_order`
+-- is drawn when the first effect is written: a whole-state read model hides the order in which
+-- events were applied, this column does not.
 CREATE TABLE app.effects (
-    event_id     uuid PRIMARY KEY,
-    applications integer NOT NULL
+    event_id      uuid PRIMARY KEY,
+    applications  integer NOT NULL,
+    applied_order bigserial NOT NULL
 );
 CREATE FUNCTION app.refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
