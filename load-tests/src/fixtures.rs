@@ -135,7 +135,7 @@ where
 }
 
 /// The last round was less than 10 % faster than the one before it.
-fn plateaued(rates: &[f64]) -> bool {
+pub fn plateaued(rates: &[f64]) -> bool {
     matches!(rates, [.., previous, last] if *last < previous * 1.1)
 }
 

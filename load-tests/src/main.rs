@@ -26,6 +26,7 @@ mod http_path;
 mod latency;
 mod limits;
 mod own_stack;
+mod pg_statements;
 mod pipeline;
 mod processes;
 mod project;

@@ -123,7 +123,8 @@ impl OwnPostgres {
 
     fn pg_ctl(&self, args: &[&str]) -> anyhow::Result<()> {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 \
+             -c shared_preload_libraries=pg_stat_statements",
             self.port,
             self.data_str()
         );

@@ -6,6 +6,7 @@
 use crate::checker::{judge, read_facts, Scope, Verdict};
 use crate::drive::{self, Load, Origin, Sample, Sampler, Watched, WriteOutcome};
 use crate::faults::{strike, FaultPlan, FaultStack, Strikes};
+use crate::pg_statements;
 use crate::processes::{find_process, Role, Workers};
 use crate::report::{Goal, Latency, Report};
 use crate::rig::{PipelineArgs, Place, Rig};
@@ -24,6 +25,8 @@ pub struct Pipeline {
     pub plan: FaultPlan,
     /// What the faults did so far.
     pub strikes: Strikes,
+    /// `pg_stat_statements` can be read in the run's database.
+    statements: bool,
     sampler: Option<Sampler>,
     /// `(label, pid)` watched besides the workers (the emulator, this process).
     others: Vec<(String, u32)>,
@@ -72,6 +75,7 @@ impl Pipeline {
             emulator_host,
         };
         let mut rig = Rig::create(dir, &place, setup.args, setup.ack_deadline_secs).await?;
+        let statements = pg_statements::enable(&rig.client().await?).await;
         rig.consumer_lock_timeout = setup.plan.consumer_lock_timeout();
         let mut workers = Workers::new(&rig, dir)?;
         for _ in 0..setup.relays {
@@ -102,6 +106,7 @@ impl Pipeline {
             stack,
             plan: setup.plan,
             strikes: Strikes::default(),
+            statements,
             others,
         };
         pipeline.refresh_watched();
@@ -241,12 +246,20 @@ impl Pipeline {
             Scope::EndToEnd => read_dead_letters(&self.rig, self.strikes.poison.len()).await?,
             Scope::RelayOnly => Vec::new(),
         };
+        let statements = self.statements;
+        let client = self.rig.client().await?;
         let (finished, strikes) = self.finish().await?;
         let mut facts = finished.facts;
         facts.dead_letters = dead_letters;
         facts.injected_poison = strikes.poison.clone();
+        let statements = if statements {
+            pg_statements::top(&client, facts.writes.len() as u64).await
+        } else {
+            None
+        };
         Ok(Concluded {
             latency,
+            statements,
             verdict: judge(&facts),
             samples: finished.samples,
             unexpected_exits: finished.unexpected_exits,
@@ -401,6 +414,8 @@ struct Finished {
 pub struct Concluded {
     /// Commit → projection (none for a relay-only run).
     pub latency: Option<Latency>,
+    /// The run database's top statements (`None`: `pg_stat_statements` not loaded).
+    pub statements: Option<Vec<crate::report::StatementCost>>,
     pub verdict: Verdict,
     pub samples: Vec<Sample>,
     pub unexpected_exits: Vec<String>,
@@ -471,5 +486,9 @@ impl Concluded {
         report.panels = drive::panels(&self.samples);
         report.latency = self.latency;
         report.verdict = Some(self.verdict);
+        match self.statements {
+            Some(statements) => report.statements = statements,
+            None => report.notes.push(pg_statements::NOT_LOADED.into()),
+        }
     }
 }

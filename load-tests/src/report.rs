@@ -113,6 +113,17 @@ pub struct Goal {
     pub met: bool,
 }
 
+/// One statement's share of PostgreSQL's time in a run (from `pg_stat_statements`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StatementCost {
+    /// The normalized statement, whitespace collapsed, cut to 160 characters.
+    pub query: String,
+    pub calls_per_event: f64,
+    pub mean_ms: f64,
+    /// Execution time per committed write, microseconds.
+    pub micros_per_event: f64,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     pub benchmark: String,
@@ -127,6 +138,10 @@ pub struct Report {
     pub reference_latencies: Vec<Latency>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// Where PostgreSQL's time went, top statements first (when `pg_stat_statements` is
+    /// loaded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub statements: Vec<StatementCost>,
     /// Remarks on the run a reader needs to judge the numbers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -193,6 +208,18 @@ impl Report {
         if let Some(verdict) = &self.verdict {
             out += &verdict.to_text();
         }
+        if !self.statements.is_empty() {
+            out += "  PostgreSQL time per committed write (pg_stat_statements):\n";
+            for st in &self.statements {
+                out += &format!(
+                    "    {:>8.1} µs  {:>5.2} calls  {:>7.3} ms each  {}\n",
+                    st.micros_per_event,
+                    st.calls_per_event,
+                    st.mean_ms,
+                    st.query.chars().take(90).collect::<String>()
+                );
+            }
+        }
         for note in &self.notes {
             out += &format!("  note: {note}\n");
         }
@@ -247,6 +274,19 @@ impl Report {
         if let Some(verdict) = &self.verdict {
             out += "\n## Checker\n\n";
             out += &verdict.to_markdown();
+        }
+        if !self.statements.is_empty() {
+            out += "\n## Where PostgreSQL's time went (pg_stat_statements)\n\n\
+                    | µs per write | calls per write | mean ms | statement |\n|---:|---:|---:|---|\n";
+            for st in &self.statements {
+                out += &format!(
+                    "| {:.1} | {:.2} | {:.3} | `{}` |\n",
+                    st.micros_per_event,
+                    st.calls_per_event,
+                    st.mean_ms,
+                    st.query.replace('|', "\\|").replace('`', "'")
+                );
+            }
         }
         if !self.notes.is_empty() {
             out += "\n## Notes\n\n";
