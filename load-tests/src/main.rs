@@ -14,6 +14,7 @@
 mod append;
 mod baseline;
 mod broker_proxy;
+mod canary;
 mod chaos;
 mod chart;
 mod checker;

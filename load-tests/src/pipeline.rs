@@ -3,6 +3,7 @@
 //! chaos) starts with, and how each ends: drained (or stalled), stopped, and judged by the
 //! independent checker.
 
+use crate::canary::{Canary, CanaryReading};
 use crate::checker::{judge, read_facts, Scope, Verdict};
 use crate::drive::{self, Load, Origin, Sample, Sampler, Watched, WriteOutcome};
 use crate::faults::{strike, FaultPlan, FaultStack, Strikes};
@@ -27,6 +28,8 @@ pub struct Pipeline {
     pub strikes: Strikes,
     /// `pg_stat_statements` can be read in the run's database.
     statements: bool,
+    /// The emulator's own publish → receive, timed throughout the run.
+    canary: Option<Canary>,
     sampler: Option<Sampler>,
     /// `(label, pid)` watched besides the workers (the emulator, this process).
     others: Vec<(String, u32)>,
@@ -76,6 +79,7 @@ impl Pipeline {
         };
         let mut rig = Rig::create(dir, &place, setup.args, setup.ack_deadline_secs).await?;
         let statements = pg_statements::enable(&rig.client().await?).await;
+        let canary = Canary::start(&rig.pubsub(), &format!("{}.canary", rig.topic)).await?;
         rig.consumer_lock_timeout = setup.plan.consumer_lock_timeout();
         let mut workers = Workers::new(&rig, dir)?;
         for _ in 0..setup.relays {
@@ -107,6 +111,7 @@ impl Pipeline {
             plan: setup.plan,
             strikes: Strikes::default(),
             statements,
+            canary: Some(canary),
             others,
         };
         pipeline.refresh_watched();
@@ -236,7 +241,7 @@ impl Pipeline {
 
     /// Reads the commit → projection latency of the writes meant to start `from` seconds
     /// into the run or later, stops, reads the dead letters, and judges the whole run.
-    pub async fn conclude(self, latency_name: &str, from: f64) -> anyhow::Result<Concluded> {
+    pub async fn conclude(mut self, latency_name: &str, from: f64) -> anyhow::Result<Concluded> {
         let from = self.origin.wall + chrono::Duration::milliseconds((from * 1_000.0) as i64);
         let latency = match self.rig.scope {
             Scope::EndToEnd => Some(drive::latency(&self.rig, latency_name, from).await?),
@@ -247,6 +252,10 @@ impl Pipeline {
             Scope::RelayOnly => Vec::new(),
         };
         let statements = self.statements;
+        let canary = match self.canary.take() {
+            Some(canary) => Some(canary.stop(self.origin.instant, Instant::now()).await),
+            None => None,
+        };
         let client = self.rig.client().await?;
         let (finished, strikes) = self.finish().await?;
         let mut facts = finished.facts;
@@ -259,6 +268,7 @@ impl Pipeline {
         };
         Ok(Concluded {
             latency,
+            canary,
             statements,
             verdict: judge(&facts),
             samples: finished.samples,
@@ -414,6 +424,8 @@ struct Finished {
 pub struct Concluded {
     /// Commit → projection (none for a relay-only run).
     pub latency: Option<Latency>,
+    /// What the emulator's own hop did during the run.
+    pub canary: Option<CanaryReading>,
     /// The run database's top statements (`None`: `pg_stat_statements` not loaded).
     pub statements: Option<Vec<crate::report::StatementCost>>,
     pub verdict: Verdict,
@@ -485,6 +497,10 @@ impl Concluded {
         report.timeline.extend(self.strikes.timeline);
         report.panels = drive::panels(&self.samples);
         report.latency = self.latency;
+        if let Some(canary) = self.canary {
+            report.notes.push(canary.note());
+            report.reference_latencies.push(canary.latency);
+        }
         report.verdict = Some(self.verdict);
         match self.statements {
             Some(statements) => report.statements = statements,
