@@ -379,12 +379,7 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
     ];
     let mut memory = Panel::new("resident memory", "MiB");
     let mut cpu = Panel::new("CPU", "% of one core");
-    let mut labels: Vec<&String> = samples
-        .iter()
-        .flat_map(|s| s.processes.iter().map(|(l, _)| l))
-        .collect();
-    labels.sort();
-    labels.dedup();
+    let labels = process_labels(samples);
     for label in labels {
         let readings: Vec<(f64, ProcessReading)> = samples
             .iter()
@@ -421,16 +416,22 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
     panels
 }
 
-/// Per process: CPU-seconds spent between `from` and `to` (seconds from the origin), summed
-/// over consecutive samples so a restarted process (whose counters start again) and
-/// PostgreSQL backends that exited (taking their ticks with them) count only what was seen.
-pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)> {
+/// Every process label seen in `samples`, sorted, once each.
+fn process_labels(samples: &[Sample]) -> Vec<&String> {
     let mut labels: Vec<&String> = samples
         .iter()
         .flat_map(|s| s.processes.iter().map(|(l, _)| l))
         .collect();
     labels.sort();
     labels.dedup();
+    labels
+}
+
+/// Per process: CPU-seconds spent between `from` and `to` (seconds from the origin), summed
+/// over consecutive samples so a restarted process (whose counters start again) and
+/// PostgreSQL backends that exited (taking their ticks with them) count only what was seen.
+pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)> {
+    let labels = process_labels(samples);
     labels
         .into_iter()
         .map(|label| {
@@ -450,12 +451,7 @@ pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)>
 /// the first and last tenth of `[from, to]` and `drift = last / first − 1`.
 pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64, f64, f64)> {
     let tenth = (to - from) / 10.0;
-    let mut labels: Vec<&String> = samples
-        .iter()
-        .flat_map(|s| s.processes.iter().map(|(l, _)| l))
-        .collect();
-    labels.sort();
-    labels.dedup();
+    let labels = process_labels(samples);
     labels
         .into_iter()
         .filter_map(|label| {

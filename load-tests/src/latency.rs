@@ -56,14 +56,12 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     let drain_timeout = Duration::from_secs(args.drain_timeout_secs);
     let mut pipeline = Pipeline::launch(
         dir,
-        Setup {
-            args: p,
-            plan: args.faults.plan()?,
-            relays: 1,
-            sample_every: Duration::from_millis(500),
-            ack_deadline_secs: 30,
-            shared_emulator: Some(&pubsub.host),
-        },
+        Setup::one_relay(
+            p,
+            args.faults.plan()?,
+            &pubsub.host,
+            Duration::from_millis(500),
+        ),
     )
     .await?;
     let faults = pipeline.plan.describe();

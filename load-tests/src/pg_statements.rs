@@ -22,12 +22,14 @@ pub async fn enable(client: &tokio_postgres::Client) -> bool {
 }
 
 /// The top statements of the current database, per `events` committed writes; `None` when
-/// `pg_stat_statements` cannot be read.
+/// `pg_stat_statements` cannot be read. A server restart (a `restart-postgres` fault) resets
+/// the counts, so they then cover the time since the last restart.
 pub async fn top(client: &tokio_postgres::Client, events: u64) -> Option<Vec<StatementCost>> {
     let rows = client
         .query(
             "SELECT query, calls, total_exec_time, mean_exec_time FROM pg_stat_statements
              WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND query NOT LIKE 'CREATE EXTENSION%'
              ORDER BY total_exec_time DESC LIMIT $1",
             &[&TOP],
         )

@@ -48,6 +48,25 @@ pub struct Setup<'a> {
     pub shared_emulator: Option<&'a str>,
 }
 
+impl<'a> Setup<'a> {
+    /// One relay process, the deployment's 30 s ack deadline, the shared emulator.
+    pub fn one_relay(
+        args: &'a PipelineArgs,
+        plan: FaultPlan,
+        shared_emulator: &'a str,
+        sample_every: Duration,
+    ) -> Self {
+        Self {
+            args,
+            plan,
+            relays: 1,
+            sample_every,
+            ack_deadline_secs: 30,
+            shared_emulator: Some(shared_emulator),
+        }
+    }
+}
+
 impl Pipeline {
     /// Starts what the faults need, the rig, `relays` relay processes, the consumer process
     /// (unless relay only) and the sampler.
@@ -240,8 +259,10 @@ impl Pipeline {
     }
 
     /// Reads the commit → projection latency of the writes meant to start `from` seconds
-    /// into the run or later, stops, reads the dead letters, and judges the whole run.
+    /// into the run or later (and the canary's over the same time), stops, reads the dead
+    /// letters, and judges the whole run.
     pub async fn conclude(mut self, latency_name: &str, from: f64) -> anyhow::Result<Concluded> {
+        let measured_from = self.origin.instant + Duration::from_secs_f64(from.max(0.0));
         let from = self.origin.wall + chrono::Duration::milliseconds((from * 1_000.0) as i64);
         let latency = match self.rig.scope {
             Scope::EndToEnd => Some(drive::latency(&self.rig, latency_name, from).await?),
@@ -251,25 +272,18 @@ impl Pipeline {
             Scope::EndToEnd => read_dead_letters(&self.rig, self.strikes.poison.len()).await?,
             Scope::RelayOnly => Vec::new(),
         };
-        let statements = self.statements;
         let canary = match self.canary.take() {
-            Some(canary) => Some(canary.stop(self.origin.instant, Instant::now()).await),
+            Some(canary) => Some(canary.stop(measured_from, Instant::now()).await),
             None => None,
         };
-        let client = self.rig.client().await?;
         let (finished, strikes) = self.finish().await?;
         let mut facts = finished.facts;
         facts.dead_letters = dead_letters;
         facts.injected_poison = strikes.poison.clone();
-        let statements = if statements {
-            pg_statements::top(&client, facts.writes.len() as u64).await
-        } else {
-            None
-        };
         Ok(Concluded {
             latency,
             canary,
-            statements,
+            statements: finished.statements,
             verdict: judge(&facts),
             samples: finished.samples,
             unexpected_exits: finished.unexpected_exits,
@@ -277,19 +291,27 @@ impl Pipeline {
         })
     }
 
-    /// Stops the sampler and the workers; returns the samples and the checker's facts read
-    /// from the database, and the strikes.
+    /// Stops the sampler and the workers; returns the samples, the checker's facts and the
+    /// statement costs read from the database, and the strikes.
     async fn finish(mut self) -> anyhow::Result<(Finished, Strikes)> {
         let samples = match self.sampler.take() {
             Some(sampler) => sampler.finish().await?,
             None => Vec::new(),
         };
         self.workers.stop_all(Duration::from_secs(10)).await;
-        let facts = read_facts(&self.rig.client().await?, self.rig.scope).await?;
+        // Read while the run's database exists: it is dropped with the rig.
+        let client = self.rig.client().await?;
+        let facts = read_facts(&client, self.rig.scope).await?;
+        let statements = if self.statements {
+            pg_statements::top(&client, facts.writes.len() as u64).await
+        } else {
+            None
+        };
         Ok((
             Finished {
                 samples,
                 facts,
+                statements,
                 unexpected_exits: std::mem::take(&mut self.workers.unexpected_exits),
             },
             std::mem::take(&mut self.strikes),
@@ -307,21 +329,36 @@ const MEMORY_DRIFT_LIMIT: f64 = 0.10;
 /// the emulator's subscription can break, see `chaos`).
 const STALL: Duration = Duration::from_secs(90);
 
-/// `(done, outbox rows unpublished)`, or `None` when the database cannot answer now.
+/// `(done, outbox rows unpublished)`, or `None` when the database cannot answer now. Polled
+/// every 100 ms while the run drains, so it must cost PostgreSQL next to nothing.
 async fn progress(rig: &Rig, total: u64) -> Option<(u64, i64)> {
     let conn = rig.db.pool.get().await.ok()?;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     match rig.scope {
         Scope::EndToEnd => {
+            // The effect log's last sequence number (one index probe) is at least the effects
+            // applied; only once it reaches the total are the distinct effects counted.
             let row = conn
                 .query_one(
-                    "SELECT (SELECT count(DISTINCT (aggregate_id, version)) FROM load.applied),
+                    "SELECT (SELECT coalesce(max(seq), 0) FROM load.applied),
                             (SELECT count(*) FROM courier.outbox WHERE published_at IS NULL)",
                     &[],
                 )
                 .await
                 .ok()?;
-            Some((count(row.get(0)), row.get(1)))
+            let (last, pending): (i64, i64) = (row.get(0), row.get(1));
+            if count(last) < total {
+                return Some((count(last), pending));
+            }
+            let distinct: i64 = conn
+                .query_one(
+                    "SELECT count(DISTINCT (aggregate_id, version)) FROM load.applied",
+                    &[],
+                )
+                .await
+                .ok()?
+                .get(0);
+            Some((count(distinct), pending))
         }
         // Every committed write has its row: counting the few unpublished ones (a partial
         // index) is cheap where counting the published history is not.
@@ -404,12 +441,7 @@ impl Drained {
 
     /// A goal naming the stall, when the pipeline did not catch up.
     pub fn convergence_goal(&self) -> Option<Goal> {
-        self.converged.as_ref().err().map(|e| Goal {
-            name: "converged".into(),
-            value: format!("{e:#}"),
-            goal: "within the drain timeout".into(),
-            met: false,
-        })
+        Goal::not_converged(&self.converged)
     }
 }
 
@@ -417,6 +449,7 @@ impl Drained {
 struct Finished {
     samples: Vec<Sample>,
     facts: crate::checker::Facts,
+    statements: Option<Vec<crate::report::StatementCost>>,
     unexpected_exits: Vec<String>,
 }
 

@@ -113,6 +113,19 @@ pub struct Goal {
     pub met: bool,
 }
 
+impl Goal {
+    /// A goal naming why a pipeline never caught up (`drained`: the seconds it took, or why
+    /// it did not); `None` when it did.
+    pub fn not_converged(drained: &anyhow::Result<f64>) -> Option<Self> {
+        drained.as_ref().err().map(|e| Self {
+            name: "converged".into(),
+            value: format!("{e:#}"),
+            goal: "within the drain timeout".into(),
+            met: false,
+        })
+    }
+}
+
 /// One statement's share of PostgreSQL's time in a run (from `pg_stat_statements`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StatementCost {

@@ -128,15 +128,7 @@ impl Rig {
         args: &PipelineArgs,
         ack_deadline_secs: i32,
     ) -> anyhow::Result<Self> {
-        let db = match place.database_server.as_deref() {
-            Some(url) => TestDb::on_server_url(url).await?,
-            None => TestDb::new().await?,
-        };
-        db.client()
-            .await?
-            .batch_execute(workload::SCHEMA)
-            .await
-            .context("create the workload's tables")?;
+        let db = workload::database(place.database_server.as_deref()).await?;
         let mut config = CourierConfig {
             database: db.config.clone(),
             pubsub: courier::config::PubSubConfig {

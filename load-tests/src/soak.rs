@@ -52,14 +52,7 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     let p = &args.pipeline;
     let mut pipeline = Pipeline::launch(
         dir,
-        Setup {
-            args: p,
-            plan: args.faults.plan()?,
-            relays: 1,
-            sample_every: Duration::from_secs(1),
-            ack_deadline_secs: 30,
-            shared_emulator: Some(&pubsub.host),
-        },
+        Setup::one_relay(p, args.faults.plan()?, &pubsub.host, Duration::from_secs(1)),
     )
     .await?;
     let faults = pipeline.plan.describe();

@@ -13,9 +13,9 @@
 use crate::cpu::{cores, shared_machine_bound, CpuMeter, CpuUse};
 use crate::drive::{self, Load, Origin, Pace};
 use crate::report::{Rate, Ratio};
-use crate::workload::{Shape, SCHEMA};
+use crate::workload::Shape;
 use anyhow::Context as _;
-use courier_testkit::{test_config, TestDb, TestPubSub};
+use courier_testkit::{test_config, TestPubSub};
 use std::time::{Duration, Instant};
 
 /// One stage measured alone: what it did and what that cost.
@@ -56,12 +56,7 @@ pub async fn write_transaction(
     shape: Shape,
     seconds: u64,
 ) -> anyhow::Result<Stage> {
-    let db = TestDb::new().await?;
-    db.client()
-        .await?
-        .batch_execute(SCHEMA)
-        .await
-        .context("create the workload's tables")?;
+    let db = crate::workload::database(None).await?;
     let config = test_config(&db, pubsub);
     let meter = CpuMeter::start(&pubsub.host);
     let load = Load {
@@ -88,12 +83,7 @@ pub async fn projection_transaction(
 ) -> anyhow::Result<Stage> {
     const INBOX: &str = "INSERT INTO courier.inbox (consumer_group, event_id, publish_time)
                          VALUES ('stages', $1, now()) ON CONFLICT DO NOTHING";
-    let db = TestDb::new().await?;
-    db.client()
-        .await?
-        .batch_execute(SCHEMA)
-        .await
-        .context("create the workload's tables")?;
+    let db = crate::workload::database(None).await?;
     let upsert = courier::inbound::VersionedUpsert::new(
         "load.projection",
         &["aggregate_id"],

@@ -63,9 +63,18 @@ impl Ceilings {
         )
     }
 
-    /// The machine bound the stages set, and `end_to_end` against it.
-    pub fn bound(&self, end_to_end: &Rate) -> (Rate, Ratio) {
-        stages::machine_bound(&self.stages, end_to_end)
+    /// Into a report: the ceilings, the machine bound, `writes` and `end_to_end`; the goal
+    /// ratio and the ratio to the bound; the stages' CPU as notes.
+    pub fn report(self, benchmark: &str, writes: Rate, end_to_end: Rate) -> Report {
+        let ratio = self.ratio(&end_to_end);
+        let (bound, to_bound) = stages::machine_bound(&self.stages, &end_to_end);
+        Report {
+            benchmark: benchmark.into(),
+            notes: stages::describe(&self.stages),
+            rates: vec![self.postgres, self.receive, bound, writes, end_to_end],
+            ratios: vec![ratio, to_bound],
+            ..Default::default()
+        }
     }
 }
 
@@ -107,14 +116,12 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
 
     let mut pipeline = Pipeline::launch(
         dir,
-        Setup {
-            args: p,
-            plan: args.faults.plan()?,
-            relays: 1,
-            sample_every: Duration::from_millis(500),
-            ack_deadline_secs: 30,
-            shared_emulator: Some(&pubsub.host),
-        },
+        Setup::one_relay(
+            p,
+            args.faults.plan()?,
+            &pubsub.host,
+            Duration::from_millis(500),
+        ),
     )
     .await?;
     let faults = pipeline.plan.describe();
@@ -149,23 +156,13 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
         total,
         *drained.converged.as_ref().unwrap_or(&f64::INFINITY),
     );
-    let ratio = ceilings.ratio(&end_to_end);
-    let (bound, to_bound) = ceilings.bound(&end_to_end);
-    let mut report = Report {
-        benchmark: "throughput: outbox API → relay → emulator → projection".into(),
-        parameters: p.parameters(),
-        notes: stages::describe(&ceilings.stages),
-        rates: vec![
-            ceilings.postgres,
-            ceilings.receive,
-            bound,
-            writes,
-            end_to_end,
-        ],
-        ratios: vec![ratio, to_bound],
-        goals: drained.convergence_goal().into_iter().collect(),
-        ..Default::default()
-    };
+    let mut report = ceilings.report(
+        "throughput: outbox API → relay → emulator → projection",
+        writes,
+        end_to_end,
+    );
+    report.goals.extend(drained.convergence_goal());
+    report.parameters = p.parameters();
     report.parameters.extend([
         ("seconds".into(), args.seconds.to_string()),
         ("faults".into(), faults),

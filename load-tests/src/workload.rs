@@ -50,6 +50,21 @@ pub const SCHEMA: &str = "
         version bigint NOT NULL,
         a text NOT NULL, b text NOT NULL, c text NOT NULL);";
 
+/// A database for the workload: a fresh one (on `server`, or `DATABASE_URL`/the local
+/// default) with the framework's migrations and the workload's tables.
+pub async fn database(server: Option<&str>) -> anyhow::Result<courier_testkit::TestDb> {
+    let db = match server {
+        Some(url) => courier_testkit::TestDb::on_server_url(url).await?,
+        None => courier_testkit::TestDb::new().await?,
+    };
+    db.client()
+        .await?
+        .batch_execute(SCHEMA)
+        .await
+        .context("create the workload's tables")?;
+    Ok(db)
+}
+
 /// The fields of an aggregate; a delta write changes one of them.
 pub const FIELDS: [&str; 3] = ["a", "b", "c"];
 
