@@ -134,7 +134,7 @@ pub async fn run(args: ChaosArgs, dir: &Path) -> anyhow::Result<Report> {
         ],
         ..Default::default()
     };
-    report.goals.extend(drained.convergence_goal());
+    drained.judge_convergence(&mut report);
     report.parameters.extend([
         ("seconds".into(), args.seconds.to_string()),
         ("rate".into(), args.rate.to_string()),

@@ -3,7 +3,7 @@
 //! - `restart-postgres`: an immediate restart (crash recovery) of a cluster of the run's own;
 //! - `freeze-emulator`: SIGSTOP for a few seconds of an emulator of the run's own (a restart
 //!   would lose its in-memory messages, which real Pub/Sub keeps);
-//! - `handler-transient`: projection rows of recently written aggregates held locked for a few
+//! - `handler-transient`: projection rows with events still on their way held locked for a few
 //!   seconds while the consumer's transactions wait at most [`HANDLER_LOCK_TIMEOUT`] for a
 //!   row lock, so their handlers fail with a lock timeout, as a long transaction or a
 //!   migration holding rows causes in production;
@@ -308,9 +308,9 @@ async fn strike_one(
         }
         Fault::HandlerTransient => {
             let hold = Duration::from_millis(rng.gen_range(2_000..6_000));
-            let locked = hold_recent_rows_locked(pipeline, hold).await?;
+            let locked = hold_rows_behind_locked(pipeline, hold).await?;
             format!(
-                "{locked} projection rows of recently written aggregates held locked for {} ms \
+                "{locked} projection rows with events on their way held locked for {} ms \
                  (handlers time out after {} ms)",
                 hold.as_millis(),
                 HANDLER_LOCK_TIMEOUT.as_millis()
@@ -339,13 +339,14 @@ async fn strike_one(
     })
 }
 
-/// Rows of the projection a held lock blocks: those of the aggregates written last, which are
-/// the ones the consumer is about to update.
-const RECENT_AGGREGATES: i64 = 200;
+/// Projection rows a `handler-transient` fault holds at most.
+const HELD_ROWS: i64 = 200;
 
-/// Locks the projection rows of the most recently written aggregates for `hold`, then rolls
-/// back; returns how many rows it held.
-async fn hold_recent_rows_locked(pipeline: &Pipeline, hold: Duration) -> anyhow::Result<u64> {
+/// Locks, for `hold`, projection rows behind their source row: aggregates whose next events
+/// the consumer has yet to apply, so its handlers meet the locks (the most recently written
+/// aggregates may have no row yet while the consumer lags; those applied last may have
+/// nothing more to come). Then rolls back; returns how many rows it held.
+async fn hold_rows_behind_locked(pipeline: &Pipeline, hold: Duration) -> anyhow::Result<u64> {
     let mut client = pipeline.rig.client().await?;
     let tx = client
         .transaction()
@@ -353,13 +354,12 @@ async fn hold_recent_rows_locked(pipeline: &Pipeline, hold: Duration) -> anyhow:
         .context("begin the lock holder")?;
     let locked = tx
         .execute(
-            "SELECT 1 FROM load.projection WHERE aggregate_id IN (
-                 SELECT aggregate_id FROM load.writes ORDER BY seq DESC LIMIT $1)
-             FOR UPDATE",
-            &[&RECENT_AGGREGATES],
+            "SELECT 1 FROM load.projection p JOIN load.source s USING (aggregate_id)
+             WHERE p.version < s.version LIMIT $1 FOR UPDATE OF p",
+            &[&HELD_ROWS],
         )
         .await
-        .context("lock recent projection rows")?;
+        .context("lock projection rows behind their source")?;
     tokio::time::sleep(hold).await;
     tx.rollback().await.context("release the held rows")?;
     Ok(locked)

@@ -115,7 +115,6 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
             drained.write.committed,
             drained.write.seconds,
         )],
-        goals: drained.convergence_goal().into_iter().collect(),
         reference_latencies: vec![raw.clone()],
         ..Default::default()
     };
@@ -134,6 +133,7 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
             drained.write.failed_attempts.to_string(),
         ),
     ]);
+    drained.judge_convergence(&mut report);
     run.fill(&mut report, drained.after_warm_up(WARM_UP_SHARE));
     if let Some(latency) = &report.latency {
         let above = latency.p99_ms - raw.p99_ms;

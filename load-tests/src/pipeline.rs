@@ -11,6 +11,7 @@ use crate::pg_statements;
 use crate::processes::{find_process, Role, Workers};
 use crate::report::{Goal, Latency, Report};
 use crate::rig::{PipelineArgs, Place, Rig};
+use crate::workload::KeySpace;
 use anyhow::Context as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,8 @@ pub struct Pipeline {
     pub strikes: Strikes,
     /// `pg_stat_statements` can be read in the run's database.
     statements: bool,
+    /// The run's key space, for the report's reading of a stall.
+    args_key_space: KeySpace,
     /// The emulator's own publish → receive, timed throughout the run.
     canary: Option<Canary>,
     sampler: Option<Sampler>,
@@ -130,6 +133,7 @@ impl Pipeline {
             plan: setup.plan,
             strikes: Strikes::default(),
             statements,
+            args_key_space: setup.args.key_space,
             canary: Some(canary),
             others,
         };
@@ -183,11 +187,14 @@ impl Pipeline {
         };
         let writes_to = origin.seconds();
         let total = drive::committed_writes(&self.rig).await?;
-        let converged = self.converge(total, drain_timeout).await;
+        let (converged, unpublished) = self.converge(total, drain_timeout).await?;
         Ok(Drained {
             write,
             total,
             converged,
+            unpublished,
+            scope: self.rig.scope,
+            key_space: self.args_key_space,
             writes: (writes_from, writes_to),
         })
     }
@@ -222,8 +229,13 @@ impl Pipeline {
 
     /// Waits until `total` writes are applied (relay only: published) and the outbox holds
     /// nothing unpublished, restarting workers that exit meanwhile. Fails after `timeout`, or
-    /// once nothing moved for [`STALL`]. Returns the seconds since the run's origin.
-    async fn converge(&mut self, total: u64, timeout: Duration) -> anyhow::Result<f64> {
+    /// once nothing moved for [`STALL`]. Returns the seconds since the run's origin (or why it
+    /// never got there) and the outbox rows still unpublished at the end.
+    async fn converge(
+        &mut self,
+        total: u64,
+        timeout: Duration,
+    ) -> anyhow::Result<(anyhow::Result<f64>, i64)> {
         let deadline = Instant::now() + timeout;
         let what = match self.rig.scope {
             Scope::EndToEnd => "applied by the projection",
@@ -242,17 +254,18 @@ impl Pipeline {
                 bar.set_position(done);
                 if done >= total && pending == 0 {
                     bar.finish_and_clear();
-                    return Ok(self.origin.seconds());
+                    return Ok((Ok(self.origin.seconds()), 0));
                 }
             }
             if Instant::now() >= deadline || progressed_at.elapsed() >= STALL {
                 bar.finish_and_clear();
-                anyhow::bail!(
+                let stall = anyhow::anyhow!(
                     "{} of {total} {what}, {} outbox rows unpublished; nothing moved for {} s",
                     last.0,
                     last.1,
                     progressed_at.elapsed().as_secs()
                 );
+                return Ok((Err(stall), last.1));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -428,6 +441,10 @@ pub struct Drained {
     pub total: u64,
     /// Seconds from the run's origin until everything was through, or why it never was.
     pub converged: anyhow::Result<f64>,
+    /// Outbox rows left unpublished when the drain ended.
+    pub unpublished: i64,
+    scope: Scope,
+    key_space: KeySpace,
     /// When the writes ran, seconds from the run's origin.
     pub writes: (f64, f64),
 }
@@ -440,8 +457,22 @@ impl Drained {
     }
 
     /// A goal naming the stall, when the pipeline did not catch up.
-    pub fn convergence_goal(&self) -> Option<Goal> {
-        Goal::not_converged(&self.converged)
+    /// Into `report`: a goal naming the stall when the pipeline did not catch up, and, when
+    /// the relay had published everything, where the events stopped.
+    pub fn judge_convergence(&self, report: &mut Report) {
+        report.goals.extend(Goal::not_converged(&self.converged));
+        if self.converged.is_ok() || self.unpublished > 0 || self.scope == Scope::RelayOnly {
+            return;
+        }
+        let mut note = "the relay published every event; delivery to the projection stopped \
+                        short (see the dead letters and the consumer's log)"
+            .to_string();
+        if self.key_space == KeySpace::Unique {
+            note += ": with a new ordering key per aggregate on an ordered subscription the \
+                     emulator stops delivering within a minute or so (EMULATOR.md), which real \
+                     Pub/Sub does not; measure the framework with --relay-only or a smaller run";
+        }
+        report.notes.push(note);
     }
 }
 

@@ -90,7 +90,6 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
             drained.write.committed,
             drained.write.seconds,
         )],
-        goals: drained.convergence_goal().into_iter().collect(),
         ..Default::default()
     };
     report.parameters.extend([
@@ -99,6 +98,7 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
         ("warm_up_share".into(), args.warm_up.to_string()),
         ("faults".into(), faults),
     ]);
+    drained.judge_convergence(&mut report);
     run.fill(&mut report, drained.after_warm_up(args.warm_up));
     Ok(report)
 }

@@ -161,7 +161,7 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
         writes,
         end_to_end,
     );
-    report.goals.extend(drained.convergence_goal());
+    drained.judge_convergence(&mut report);
     report.parameters = p.parameters();
     report.parameters.extend([
         ("seconds".into(), args.seconds.to_string()),
