@@ -203,6 +203,15 @@ pub struct Strikes {
     pub poison: Vec<String>,
 }
 
+impl Strikes {
+    /// Adds what a later phase struck.
+    pub fn append(&mut self, later: Strikes) {
+        self.timeline.extend(later.timeline);
+        self.faults += later.faults;
+        self.poison.extend(later.poison);
+    }
+}
+
 /// Until `until`: waits a random gap, publishes a poison message while the plan owes some,
 /// strikes a random fault of the plan, and restarts workers that exited on their own.
 pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<Strikes> {

@@ -29,8 +29,6 @@ pub struct Pipeline {
     pub strikes: Strikes,
     /// `pg_stat_statements` can be read in the run's database.
     statements: bool,
-    /// The run's key space, for the report's reading of a stall.
-    args_key_space: KeySpace,
     /// The emulator's own publish → receive, timed throughout the run.
     canary: Option<Canary>,
     sampler: Option<Sampler>,
@@ -133,7 +131,6 @@ impl Pipeline {
             plan: setup.plan,
             strikes: Strikes::default(),
             statements,
-            args_key_space: setup.args.key_space,
             canary: Some(canary),
             others,
         };
@@ -179,10 +176,7 @@ impl Pipeline {
                 drive::write_for(&config, &topic, origin, load),
                 strike(self, until),
             );
-            let strikes = strikes?;
-            self.strikes.timeline.extend(strikes.timeline);
-            self.strikes.poison.extend(strikes.poison);
-            self.strikes.faults += strikes.faults;
+            self.strikes.append(strikes?);
             write?
         };
         let writes_to = origin.seconds();
@@ -194,7 +188,7 @@ impl Pipeline {
             converged,
             unpublished,
             scope: self.rig.scope,
-            key_space: self.args_key_space,
+            key_space: self.rig.key_space,
             writes: (writes_from, writes_to),
         })
     }

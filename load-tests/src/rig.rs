@@ -107,6 +107,7 @@ pub struct Rig {
     /// Where the workers reach the emulator (a proxy in front of it, or the emulator).
     pub workers_emulator_host: String,
     pub scope: Scope,
+    pub key_space: KeySpace,
     pub workload: Workload,
     /// The lock timeout of the consumer's projection transactions (see `faults`).
     pub consumer_lock_timeout: Option<Duration>,
@@ -180,6 +181,7 @@ impl Rig {
             emulator_host: place.emulator_host.clone(),
             workers_emulator_host: place.workers_emulator_host.clone(),
             scope: args.scope(),
+            key_space: args.key_space,
             workload: args.workload,
             consumer_lock_timeout: None,
             config,
