@@ -136,7 +136,9 @@ pub struct RelayConfig {
     pub retry_base_millis: u64,
     /// Publish-retry delay cap.
     pub retry_cap_millis: u64,
-    /// A per-key publisher with nothing to do for this long stops (passivation).
+    /// A per-key publisher with nothing to do for this long stops (passivation). Short: with
+    /// a new ordering key per aggregate, the live publishers (and the Pub/Sub client state
+    /// they hold) are the keys published within this time.
     pub publisher_idle_secs: u64,
     /// How long one publish may take before it counts as failed.
     pub publish_timeout_secs: u64,
@@ -155,7 +157,7 @@ impl Default for RelayConfig {
             publish_max_attempts: 10,
             retry_base_millis: 1_000,
             retry_cap_millis: 300_000,
-            publisher_idle_secs: 60,
+            publisher_idle_secs: 5,
             publish_timeout_secs: 60,
         }
     }

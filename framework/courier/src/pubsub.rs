@@ -6,7 +6,9 @@
 
 use crate::config::PubSubConfig;
 use google_cloud_gax::error::rpc::Code;
-use google_cloud_pubsub::client::{Publisher, Subscriber, SubscriptionAdmin, TopicAdmin};
+use google_cloud_pubsub::client::{
+    BasePublisher, Publisher, Subscriber, SubscriptionAdmin, TopicAdmin,
+};
 use google_cloud_pubsub::model::{DeadLetterPolicy, RetryPolicy, Subscription};
 use std::time::Duration;
 
@@ -116,6 +118,18 @@ impl PubSub {
             .await
             .map_err(|source| PubSubError::Build {
                 context: format!("publisher for topic {topic_id}"),
+                source,
+            })
+    }
+
+    /// One gRPC connection for cheap per-topic publishers (`base.publisher(topic).build()`),
+    /// each of which frees its per-key state when dropped (see `outbox::topic_clients`).
+    pub async fn base_publisher(&self) -> Result<BasePublisher, PubSubError> {
+        configure!(self, BasePublisher::builder())
+            .build()
+            .await
+            .map_err(|source| PubSubError::Build {
+                context: "the Pub/Sub publishing connection".into(),
                 source,
             })
     }

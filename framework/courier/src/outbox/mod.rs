@@ -18,6 +18,7 @@ pub mod relay;
 pub mod shard;
 pub mod shard_owner;
 pub mod store;
+pub mod topic_clients;
 
 pub use append::{AppendError, AppendTransaction, Appended, Outbox};
 pub use event::{InvalidEvent, NewEvent};

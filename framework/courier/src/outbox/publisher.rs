@@ -16,9 +16,9 @@ use crate::keyed_actors::Queued;
 use crate::keyed_actors::{KeyedActors, Refused};
 use crate::outbox::attributes::{self, RequiredFields};
 use crate::outbox::store::ClaimedRow;
-use crate::pubsub::{is_transient_rpc, PubSub, PubSubError};
+use crate::outbox::topic_clients::{TopicClient, TopicClients};
+use crate::pubsub::{is_transient_rpc, PubSub};
 use actix::prelude::*;
-use dashmap::DashMap;
 use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::error::PublishError;
 use google_cloud_pubsub::model::Message as PubSubMessage;
@@ -27,7 +27,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
-use tokio::sync::{oneshot, OnceCell};
+use tokio::sync::oneshot;
 
 /// How long the client may gather messages into a batch before sending.
 pub const CLIENT_BATCH_DELAY: Duration = Duration::from_millis(5);
@@ -104,24 +104,23 @@ pub struct PublisherSettings {
     pub fault: Option<PublishFault>,
 }
 
-/// The registry: live key publishers and one client per topic.
+/// The registry: live key publishers and the topic clients they publish through.
 pub struct Publishers {
-    pubsub: PubSub,
     settings: PublisherSettings,
-    /// Where the topic clients are built, so their background work runs there.
-    client_runtime: Handle,
-    /// One client per topic, built once even when many keys ask at the same time.
-    clients: DashMap<String, Arc<OnceCell<Publisher>>>,
+    /// Generations of per-topic clients on one connection (see `topic_clients`).
+    clients: Arc<TopicClients>,
     live: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
 }
 
 impl Publishers {
     pub fn new(pubsub: PubSub, settings: PublisherSettings, client_runtime: Handle) -> Self {
         Self {
-            pubsub,
             settings,
-            client_runtime,
-            clients: DashMap::new(),
+            clients: Arc::new(TopicClients::new(
+                pubsub,
+                client_runtime,
+                CLIENT_BATCH_DELAY,
+            )),
             live: Arc::new(KeyedActors::new("key_publisher")),
         }
     }
@@ -151,6 +150,16 @@ impl Publishers {
                 None => not_tried(&seqs),
             }
         }
+    }
+
+    /// Key publishers alive now.
+    pub fn live(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Topic clients alive now (see `topic_clients`).
+    pub fn clients_alive(&self) -> usize {
+        self.clients.alive()
     }
 
     /// Tells the key's actor (if it is still live) that a failure is recorded.
@@ -188,12 +197,10 @@ impl Publishers {
     }
 
     fn start_key_publisher(&self, key: &PublisherKey, queued: Arc<Queued>) -> Addr<KeyPublisher> {
-        let client = self.clients.entry(key.topic.clone()).or_default().clone();
         KeyPublisher {
             key: key.clone(),
-            client,
-            pubsub: self.pubsub.clone(),
-            client_runtime: self.client_runtime.clone(),
+            client: None,
+            clients: self.clients.clone(),
             settings: self.settings.clone(),
             registry: self.live.clone(),
             queued,
@@ -206,22 +213,6 @@ impl Publishers {
         }
         .start()
     }
-}
-
-/// Builds a topic's client on `runtime`, where the client then spawns its background work.
-async fn build_client(
-    runtime: Handle,
-    pubsub: PubSub,
-    topic: String,
-) -> Result<Publisher, PubSubError> {
-    let context = format!("publisher for topic {topic}");
-    runtime
-        .spawn(async move { pubsub.publisher(&topic, CLIENT_BATCH_DELAY).await })
-        .await
-        .map_err(|e| PubSubError::Stopped {
-            context,
-            reason: e.to_string(),
-        })?
 }
 
 fn not_tried(seqs: &[i64]) -> Vec<PublishOutcome> {
@@ -274,9 +265,10 @@ pub fn note_handed(parked: &mut Option<Parked>, version: i64) {
 /// Publishes one ordering key's rows of one topic.
 pub struct KeyPublisher {
     key: PublisherKey,
-    client: Arc<OnceCell<Publisher>>,
-    pubsub: PubSub,
-    client_runtime: Handle,
+    /// The topic client this key publisher uses for its whole life (dropped with it, which
+    /// lets a generation's client go once all its keys have passivated).
+    client: Option<Arc<TopicClient>>,
+    clients: Arc<TopicClients>,
     settings: PublisherSettings,
     /// To leave the registry when passivating.
     registry: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
@@ -310,8 +302,14 @@ impl Actor for KeyPublisher {
 
 impl KeyPublisher {
     fn passivate_if_idle(&mut self, ctx: &mut Context<Self>) {
+        // A park outlives its key publisher only once it has expired: until then it is what
+        // keeps rows claimed before the failure was recorded from overtaking it.
+        let park_over = self
+            .parked
+            .is_none_or(|p| p.failed_at.elapsed() >= self.settings.park_expiry);
         let idle = self.in_flight == 0
             && self.waiting.is_empty()
+            && park_over
             && self.last_active.elapsed() >= self.settings.idle_after;
         if !idle {
             return;
@@ -323,41 +321,38 @@ impl KeyPublisher {
 
     /// Hands waiting batches to the client once the topic's client exists.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        let Some(client) = self.client.get().cloned() else {
+        let Some(client) = self.client.clone() else {
             if !self.connecting {
                 self.connecting = true;
-                let cell = self.client.clone();
-                let pubsub = self.pubsub.clone();
+                let clients = self.clients.clone();
                 let topic = self.key.topic.clone();
-                let runtime = self.client_runtime.clone();
                 // `wait`: nothing else of this key may happen before the client exists.
                 ctx.wait(
-                    async move {
-                        cell.get_or_try_init(|| build_client(runtime, pubsub, topic))
-                            .await
-                            .map(|_| ())
-                    }
-                    .into_actor(self)
-                    .map(|result, act, ctx| {
-                        act.connecting = false;
-                        match result {
-                            Ok(()) => act.pump(ctx),
-                            Err(e) => {
-                                let permanent = !e.is_transient();
-                                for batch in act.waiting.drain(..) {
-                                    let outcomes =
-                                        fail_first(&batch.rows, &e.to_string(), permanent);
-                                    let _ = batch.reply.send(outcomes);
+                    async move { clients.for_new_key(&topic).await }
+                        .into_actor(self)
+                        .map(|result, act, ctx| {
+                            act.connecting = false;
+                            match result {
+                                Ok(client) => {
+                                    act.client = Some(client);
+                                    act.pump(ctx);
+                                }
+                                Err(e) => {
+                                    let permanent = !e.is_transient();
+                                    for batch in act.waiting.drain(..) {
+                                        let outcomes =
+                                            fail_first(&batch.rows, &e.to_string(), permanent);
+                                        let _ = batch.reply.send(outcomes);
+                                    }
                                 }
                             }
-                        }
-                    }),
+                        }),
                 );
             }
             return;
         };
         while let Some(batch) = self.waiting.pop_front() {
-            self.hand_over(batch, &client, ctx);
+            self.hand_over(batch, &client.publisher, ctx);
         }
     }
 

@@ -51,6 +51,7 @@ pub enum RelayError {
 pub struct RelayActors {
     pub instance_id: Uuid,
     pub store: Arc<OutboxStore>,
+    pub publishers: Arc<Publishers>,
     pub shard_owner: Addr<ShardOwner>,
     pub listener: Addr<NotifyListener>,
 }
@@ -78,7 +79,7 @@ pub fn start(
     let instance_id = Uuid::new_v4();
     let parts = ClaimerParts {
         store: store.clone(),
-        publishers,
+        publishers: publishers.clone(),
         relay: Arc::new(config.relay.clone()),
         config: config.clone(),
         escalate: options.escalate.clone(),
@@ -112,6 +113,7 @@ pub fn start(
     Ok(RelayActors {
         instance_id,
         store,
+        publishers,
         shard_owner,
         listener,
     })
@@ -122,6 +124,7 @@ pub struct RelayHandle {
     pub instance_id: Uuid,
     thread: SystemThread,
     store: Arc<OutboxStore>,
+    publishers: Arc<Publishers>,
     shard_owner: Addr<ShardOwner>,
     /// Held so the supervisor keeps restarting the listener: an actix supervisor gives up on
     /// an actor nobody holds an address of.
@@ -143,6 +146,7 @@ impl Relay {
             instance_id: actors.instance_id,
             thread,
             store: actors.store,
+            publishers: actors.publishers,
             shard_owner: actors.shard_owner,
             _listener: actors.listener,
         })
@@ -158,6 +162,13 @@ impl RelayHandle {
     /// Rows this relay marked published since it started.
     pub fn published(&self) -> u64 {
         self.store.published_total()
+    }
+
+    /// Per-key publishers alive now, and topic clients alive now (each holds the crate's
+    /// per-key state of the keys it served): bounded by what is in flight, not by the keys
+    /// ever published.
+    pub fn live_publishers(&self) -> (usize, usize) {
+        (self.publishers.live(), self.publishers.clients_alive())
     }
 
     /// Stops at once: nothing is drained or marked (what a crash does).
