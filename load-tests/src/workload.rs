@@ -274,10 +274,12 @@ impl Writer {
 }
 
 /// The read model: the fields per aggregate under the version guard, plus one `load.applied`
-/// row per effect.
+/// row per effect. An event carrying every field (a create, or any write of the whole
+/// workload) is written whole with the versioned upsert; one carrying some fields (a delta
+/// update) sets just those, so the event says how it is applied and the projection needs no
+/// setting of its own.
 pub struct LoadProjection {
     upsert: VersionedUpsert,
-    workload: Workload,
     /// When set, each projection transaction waits at most this long for a row lock (what a
     /// service sets so a held lock fails fast instead of stalling its consumer); the
     /// `handler-transient` fault holds rows locked to make it fire.
@@ -292,11 +294,10 @@ const APPLY_DELTA: &str = "
     WHERE aggregate_id = $1 AND version < $5";
 
 impl LoadProjection {
-    pub fn new(workload: Workload, lock_timeout: Option<Duration>) -> anyhow::Result<Self> {
+    pub fn new(lock_timeout: Option<Duration>) -> anyhow::Result<Self> {
         Ok(Self {
             upsert: VersionedUpsert::new("load.projection", &["aggregate_id"], &["a", "b", "c"])
                 .map_err(anyhow::Error::msg)?,
-            workload,
             lock_timeout,
         })
     }
@@ -325,37 +326,27 @@ impl Projection for LoadProjection {
             tx.execute(&set, &[&format!("{}ms", timeout.as_millis())])
                 .await?;
         }
-        match self.workload {
-            Workload::Whole => {
-                let [a, b, c] =
-                    [&event.a, &event.b, &event.c].map(|f| f.clone().unwrap_or_default());
-                self.upsert
-                    .execute(tx, &[&meta.aggregate_id, &a, &b, &c], meta.version)
-                    .await?;
-            }
-            Workload::Delta if event.is_whole() => {
-                self.upsert
-                    .execute(
-                        tx,
-                        &[&meta.aggregate_id, &event.a, &event.b, &event.c],
-                        meta.version,
-                    )
-                    .await?;
-            }
-            Workload::Delta => {
-                let update = tx.prepared(APPLY_DELTA).await?;
-                tx.execute(
-                    &update,
-                    &[
-                        &meta.aggregate_id,
-                        &event.a,
-                        &event.b,
-                        &event.c,
-                        &meta.version,
-                    ],
+        if event.is_whole() {
+            self.upsert
+                .execute(
+                    tx,
+                    &[&meta.aggregate_id, &event.a, &event.b, &event.c],
+                    meta.version,
                 )
                 .await?;
-            }
+        } else {
+            let update = tx.prepared(APPLY_DELTA).await?;
+            tx.execute(
+                &update,
+                &[
+                    &meta.aggregate_id,
+                    &event.a,
+                    &event.b,
+                    &event.c,
+                    &meta.version,
+                ],
+            )
+            .await?;
         }
         let record = tx
             .prepared(
