@@ -8,17 +8,17 @@
 //!   row lock, so their handlers fail with a lock timeout, as a long transaction or a
 //!   migration holding rows causes in production;
 //! - `broker-slow`: Pub/Sub answers late, or not at all, for 10–30 s (a proxy in front of the
-//!   emulator holds the workers' traffic; see `broker_proxy`).
+//!   emulator holds the workers' traffic; see `courier_testkit::BrokerProxy`).
 //!
 //! Poison messages (undecodable, unknown schema version) can be published beside the real
 //! events; the checker expects exactly those on the dead-letter topic.
 
-use crate::broker_proxy::BrokerProxy;
 use crate::own_stack::{OwnEmulator, OwnPostgres};
 use crate::pipeline::Pipeline;
 use crate::processes::Role;
 use anyhow::Context as _;
 use courier::outbox::attributes::{self, RequiredFields};
+use courier_testkit::BrokerProxy;
 use google_cloud_pubsub::model::Message;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};

@@ -10,14 +10,15 @@
 //! - `chaos`: processes killed, PostgreSQL and the emulator disrupted under load, then an
 //!   independent checker.
 //! - `drain`, `append`, `project`: focused benchmarks of one stage each.
+//! - `claim-cost`: the claim with and without rows parked for retry.
 
 mod append;
 mod baseline;
-mod broker_proxy;
 mod canary;
 mod chaos;
 mod chart;
 mod checker;
+mod claim_cost;
 mod cpu;
 mod drain;
 mod drive;
@@ -111,6 +112,9 @@ enum Command {
         after_help = "Example:\n  courier-load project --events 200000 --keys 1000 --streams 4"
     )]
     Project(project::ProjectArgs),
+    /// Claim cost per row with 50,000 rows parked for retry vs none (goal ≤ 2x).
+    #[command(after_help = "Example:\n  courier-load claim-cost --parked 50000 --fresh 20000")]
+    ClaimCost(claim_cost::ClaimCostArgs),
     /// A relay or consumer process of a run (started by the other commands).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -129,6 +133,7 @@ impl Command {
             Command::Drain(_) => "drain",
             Command::Append(_) => "append",
             Command::Project(_) => "project",
+            Command::ClaimCost(_) => "claim-cost",
             Command::Worker(_) => "worker",
         }
     }
@@ -175,6 +180,7 @@ fn main() -> ExitCode {
             Command::Drain(args) => drain::run(args).await?,
             Command::Append(args) => append::run(args).await?,
             Command::Project(args) => project::run(args).await?,
+            Command::ClaimCost(args) => claim_cost::run(args).await?,
             Command::Worker(_) => unreachable!("handled above"),
         };
         report.write_to(&dir)?;

@@ -141,6 +141,7 @@ impl Rig {
         // within seconds) and retries capped at 5 s (a fault's backlog drains soon after it).
         config.relay.shard_count = args.shards;
         config.relay.claim_lease_secs = 5;
+        config.relay.publish_timeout_secs = 4;
         config.relay.retry_base_millis = 200;
         config.relay.retry_cap_millis = 5_000;
         config.consumer.streams = args.streams;

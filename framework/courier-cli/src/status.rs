@@ -31,9 +31,22 @@ struct Status {
     live_relays: i64,
     relays_started_last_hour: i64,
     applied_per_sec: f64,
+    relays: Vec<RelayStatus>,
     consumers: Vec<ConsumerStatus>,
     /// Dead letters not republished yet, per consumer group.
     dead_letters: Vec<courier::inbound::dead_letter_log::OpenDeadLetters>,
+}
+
+/// One live relay at its last heartbeat.
+#[derive(Serialize)]
+struct RelayStatus {
+    instance: String,
+    shards: i32,
+    /// The adaptive limit on publishes in flight (None before the first heartbeat).
+    publish_limit: Option<i32>,
+    publishes_in_flight: Option<i32>,
+    /// Recent acknowledgement latency.
+    publish_latency_ms: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -72,14 +85,30 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
 async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
     let schema = &config.database.schema;
     let pool = courier::db::pool(&config.database, "courier-cli")?;
-    let row = pool
-        .get()
-        .await?
+    let conn = pool.get().await?;
+    let lease = config.relay.claim_lease().as_secs_f64();
+    let row = conn
         .query_one(
             &render(include_str!("queries/status.sql"), schema),
-            &[&config.relay.claim_lease().as_secs_f64()],
+            &[&lease],
         )
         .await?;
+    let relays = conn
+        .query(
+            &render(include_str!("queries/relays.sql"), schema),
+            &[&lease],
+        )
+        .await?
+        .iter()
+        .map(|r| RelayStatus {
+            instance: r.get("instance"),
+            shards: r.get("shards"),
+            publish_limit: r.get("publish_limit"),
+            publishes_in_flight: r.get("publishes_in_flight"),
+            publish_latency_ms: r.get("publish_latency_ms"),
+        })
+        .collect();
+    drop(conn);
     let offsets = OffsetStore::new(schema, config.consumer.offset_lanes);
     let mut consumers = Vec::new();
     for group in offsets.groups(&pool).await? {
@@ -102,6 +131,7 @@ async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
         live_relays: row.get("live_relays"),
         relays_started_last_hour: row.get("relays_started_last_hour"),
         applied_per_sec: per_sec(row.get("applied_last_minute")),
+        relays,
         consumers,
         dead_letters: courier::inbound::dead_letter_log::DeadLetterLog::new(schema)
             .open(&pool)
@@ -120,6 +150,18 @@ fn print(status: &Status) {
         "  relays   {} alive, {} started in the last hour",
         status.live_relays, status.relays_started_last_hour
     );
+    for r in &status.relays {
+        match (r.publish_limit, r.publishes_in_flight, r.publish_latency_ms) {
+            (Some(limit), Some(in_flight), Some(latency)) => println!(
+                "  relay    {} ({} shards): {} of {} publishes in flight, latency {:.0} ms",
+                r.instance, r.shards, in_flight, limit, latency
+            ),
+            _ => println!(
+                "  relay    {} ({} shards): no publish figures yet",
+                r.instance, r.shards
+            ),
+        }
+    }
     println!("  applying {:.1} events/s", status.applied_per_sec);
     for d in &status.dead_letters {
         println!(

@@ -185,3 +185,64 @@ async fn dead_rows_are_listed_skipped_and_retried_with_an_audit_trail() -> anyho
     relay.kill();
     Ok(())
 }
+
+/// `courier status` shows each live relay's adaptive publish limit, what it has in flight and
+/// its recent publish latency, as written with the relay's heartbeat.
+#[tokio::test]
+async fn status_shows_each_relays_publish_limit() -> anyhow::Result<()> {
+    courier_testkit::init_logging();
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let config = test_config(&db, &pubsub);
+    let topic = pubsub.topic("status").await?;
+    let events: Vec<NewEvent> = (0..50)
+        .map(|i| {
+            NewEvent::new(
+                &topic,
+                "video",
+                format!("k{i}"),
+                "VideoUpdated",
+                1,
+                vec![1u8],
+            )
+        })
+        .collect();
+    {
+        let mut conn = db.pool.get().await?;
+        let tx = conn.transaction().await?;
+        Outbox::new(&config).append_all(&tx, events).await?;
+        tx.commit().await?;
+    }
+    let relay = Relay::spawn(&config, RelayOptions::default())?;
+    wait_until(
+        WAIT,
+        "a heartbeat after the rows were published",
+        || async {
+            let status = json(&db, &["status", "--json"]).await;
+            let relay = &status["relays"][0];
+            status["pending"] == 0
+                && relay["publishes_in_flight"] == 0
+                && relay["publish_latency_ms"]
+                    .as_f64()
+                    .is_some_and(|ms| ms > 0.0)
+        },
+    )
+    .await?;
+    let status = json(&db, &["status", "--json"]).await;
+    assert_eq!(
+        status["relays"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+    let limit = status["relays"][0]["publish_limit"].as_u64().unwrap_or(0);
+    let bounds = config.relay.publish_limit_min..=config.relay.publish_limit_max;
+    assert!(bounds.contains(&(limit as u32)), "{status}");
+    let (ok, text, stderr) = courier(&db, &["status"]).await;
+    assert!(ok, "{stderr}");
+    assert!(
+        text.contains(&format!("0 of {limit} publishes in flight")),
+        "{text}"
+    );
+    relay.kill();
+    Ok(())
+}

@@ -73,4 +73,25 @@ impl Collector {
             .filter_map(|r| r.attributes.get("event_id").cloned())
             .collect()
     }
+
+    /// For each ordering key, the versions (the `version` attribute) in order of first
+    /// arrival: redeliveries of a version already seen are left out, so a key whose list is
+    /// not ascending was reordered.
+    pub fn first_arrivals(&self) -> HashMap<String, Vec<i64>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut order: HashMap<String, Vec<i64>> = HashMap::new();
+        for r in self.all() {
+            let version: i64 = r
+                .attribute("version")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(-1);
+            if seen.insert((r.ordering_key.clone(), version)) {
+                order
+                    .entry(r.ordering_key.clone())
+                    .or_default()
+                    .push(version);
+            }
+        }
+        order
+    }
 }

@@ -9,12 +9,16 @@
 //! - [`Collector`]: keeps one long-lived StreamingPull stream per subscription and records
 //!   what arrives (the emulator's dead-stream bug forbids timeouts around `next()`).
 //! - [`wait_until`]: polls a condition until a deadline instead of sleeping.
+//! - [`BrokerProxy`]: a TCP proxy in front of the emulator that makes Pub/Sub slow or silent
+//!   for a while, as a congested or stalled broker is.
 
+mod broker_proxy;
 mod collector;
 mod db;
 mod emulator;
 mod wait;
 
+pub use broker_proxy::BrokerProxy;
 pub use collector::{Collector, Received};
 pub use db::TestDb;
 pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
@@ -28,10 +32,10 @@ pub fn test_config(db: &TestDb, pubsub: &TestPubSub) -> CourierConfig {
     config.database = db.config.clone();
     config.pubsub = pubsub.config();
     config.relay.shard_count = 4;
-    config.relay.claim_lease_secs = 3;
+    config.relay.claim_lease_secs = 5;
     config.relay.retry_base_millis = 100;
     config.relay.retry_cap_millis = 1_000;
-    config.relay.publish_timeout_secs = 10;
+    config.relay.publish_timeout_secs = 4;
     config.relay.publisher_idle_secs = 5;
     config
 }

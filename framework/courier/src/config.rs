@@ -140,8 +140,18 @@ pub struct RelayConfig {
     /// a new ordering key per aggregate, the live publishers (and the Pub/Sub client state
     /// they hold) are the keys published within this time.
     pub publisher_idle_secs: u64,
-    /// How long one publish may take before it counts as failed.
+    /// How long a key's hand-over to Pub/Sub may take before its unacknowledged rows count as
+    /// failed (on the broker's side). Shorter than the claim lease, so a publish never outlives
+    /// its claim (another owner could otherwise publish the row again, possibly out of order).
     pub publish_timeout_secs: u64,
+    /// Lower bound of the adaptive limit on publishes in flight across the relay; the limit
+    /// starts here and grows while Pub/Sub answers fast (see `outbox::publish_limit`).
+    pub publish_limit_min: u32,
+    /// Upper bound of that limit (rows handed to Pub/Sub and not yet settled).
+    pub publish_limit_max: u32,
+    /// Acknowledgements slower than this shrink the limit a little; timeouts and broker errors
+    /// halve it.
+    pub publish_latency_target_millis: u64,
 }
 
 impl Default for RelayConfig {
@@ -158,7 +168,10 @@ impl Default for RelayConfig {
             retry_base_millis: 1_000,
             retry_cap_millis: 300_000,
             publisher_idle_secs: 5,
-            publish_timeout_secs: 60,
+            publish_timeout_secs: 20,
+            publish_limit_min: 100,
+            publish_limit_max: 25_600,
+            publish_latency_target_millis: 2_000,
         }
     }
 }
@@ -166,6 +179,15 @@ impl Default for RelayConfig {
 impl RelayConfig {
     pub fn claim_lease(&self) -> Duration {
         Duration::from_secs(self.claim_lease_secs)
+    }
+
+    /// The adaptive publish limit's bounds and target.
+    pub fn publish_limit(&self) -> crate::outbox::publish_limit::LimitSettings {
+        crate::outbox::publish_limit::LimitSettings {
+            min: self.publish_limit_min as usize,
+            max: self.publish_limit_max as usize,
+            latency_target: Duration::from_millis(self.publish_latency_target_millis),
+        }
     }
 
     pub fn claim_linger(&self) -> Duration {
@@ -454,8 +476,20 @@ impl CourierConfig {
                 "must be at least relay.retry_base_millis",
             );
         }
-        if r.publish_timeout_secs < 1 {
-            return invalid("relay.publish_timeout_secs", "must be at least 1");
+        if r.publish_timeout_secs < 1 || r.publish_timeout_secs >= r.claim_lease_secs {
+            return invalid(
+                "relay.publish_timeout_secs",
+                "must be at least 1 and less than relay.claim_lease_secs (a publish must not outlive its claim)",
+            );
+        }
+        if r.publish_limit_min < 1 || r.publish_limit_max < r.publish_limit_min {
+            return invalid(
+                "relay.publish_limit_max",
+                "must be at least relay.publish_limit_min, which must be at least 1",
+            );
+        }
+        if r.publish_latency_target_millis < 10 {
+            return invalid("relay.publish_latency_target_millis", "must be at least 10");
         }
         let c = &self.consumer;
         if !(1..=32).contains(&c.streams) {

@@ -28,6 +28,15 @@ pub const OUTBOX_CLAIM_BATCH_SIZE: &str = "courier_outbox_claim_batch_size";
 pub const OUTBOX_OWNED_SHARDS: &str = "courier_outbox_owned_shards";
 /// Live per-key publisher actors (gauge).
 pub const LIVE_PUBLISHERS: &str = "courier_live_publishers";
+/// The relay's adaptive limit on publishes in flight (gauge; see `outbox::publish_limit`).
+pub const RELAY_PUBLISH_LIMIT: &str = "courier_relay_publish_limit";
+/// Rows handed to Pub/Sub and not settled yet, across the relay (gauge).
+pub const RELAY_PUBLISHES_IN_FLIGHT: &str = "courier_relay_publishes_in_flight";
+/// Times the limit shrank, by `signal` (`slow_ack`, `broker_failure`) (counter).
+pub const RELAY_CONGESTION_TOTAL: &str = "courier_relay_congestion_total";
+/// Publishes that failed on the broker's side (timeout, unavailable, overloaded): retried
+/// without counting toward the row's attempts (counter).
+pub const OUTBOX_BROKER_FAILURES_TOTAL: &str = "courier_outbox_broker_failures_total";
 /// Events committed by projections, first-time or duplicate (counter).
 pub const PROJECTION_PROCESS_SUCCESS_TOTAL: &str = "projection_process_success_total";
 /// Events whose projection failed: rejected, handler error, statement or commit (counter).
@@ -167,6 +176,7 @@ pub fn register_all() {
         OUTBOX_PUBLISH_ERROR_TOTAL,
         OUTBOX_DEAD_TOTAL,
         OUTBOX_APPENDED_TOTAL,
+        OUTBOX_BROKER_FAILURES_TOTAL,
         PROJECTION_PROCESS_SUCCESS_TOTAL,
         PROJECTION_PROCESS_ERROR_TOTAL,
         PROJECTION_DEAD_LETTERED_TOTAL,
@@ -181,6 +191,8 @@ pub fn register_all() {
         OUTBOX_MAX_DELIVERY_ATTEMPTS,
         OUTBOX_OWNED_SHARDS,
         LIVE_PUBLISHERS,
+        RELAY_PUBLISH_LIMIT,
+        RELAY_PUBLISHES_IN_FLIGHT,
         LIVE_PROJECTORS,
         RECEIVER_OUTSTANDING_MESSAGES,
     ] {

@@ -72,6 +72,16 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0008_hot_claims",
             sql: include_str!("../../../migrations/courier/0008_hot_claims.sql"),
         },
+        Migration {
+            version: 9,
+            name: "0009_index_ready_and_retrying_rows",
+            sql: include_str!("../../../migrations/courier/0009_index_ready_and_retrying_rows.sql"),
+        },
+        Migration {
+            version: 10,
+            name: "0010_relay_publish_limit",
+            sql: include_str!("../../../migrations/courier/0010_relay_publish_limit.sql"),
+        },
     ],
 };
 

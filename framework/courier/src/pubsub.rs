@@ -59,6 +59,18 @@ pub fn is_transient_rpc(error: &google_cloud_pubsub::Error) -> bool {
     }
 }
 
+/// Whether a transient RPC error says the broker is slow, unreachable or overloaded, rather
+/// than something about the request: such failures are not the published row's doing.
+pub fn is_broker_side(error: &google_cloud_pubsub::Error) -> bool {
+    match error.status().map(|s| s.code) {
+        Some(
+            Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Cancelled,
+        ) => true,
+        Some(_) => false,
+        None => true,
+    }
+}
+
 fn status_is(error: &google_cloud_pubsub::Error, code: Code) -> bool {
     error.status().is_some_and(|s| s.code == code)
 }

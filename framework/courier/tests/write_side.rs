@@ -6,7 +6,6 @@ use courier::outbox::{AppendError, NewEvent, Outbox, Relay, RelayHandle, RelayOp
 use courier::supervision::{Escalation, EscalationHandler};
 use courier::CourierConfig;
 use courier_testkit::{test_config, wait_until, Collector, TestDb, TestPubSub};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -111,25 +110,6 @@ async fn all_published(db: &TestDb) -> bool {
         == 0
 }
 
-/// For each key, the versions in order of first arrival.
-fn first_arrivals(collector: &Collector) -> HashMap<String, Vec<i64>> {
-    let mut seen = std::collections::HashSet::new();
-    let mut order: HashMap<String, Vec<i64>> = HashMap::new();
-    for r in collector.all() {
-        let version: i64 = r
-            .attribute("version")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(-1);
-        if seen.insert((r.ordering_key.clone(), version)) {
-            order
-                .entry(r.ordering_key.clone())
-                .or_default()
-                .push(version);
-        }
-    }
-    order
-}
-
 /// Version 1 of `n` keys named `<prefix>-<i>`: the "other keys" that must keep flowing.
 fn other_keys(topic: &str, prefix: &str, n: usize) -> Vec<NewEvent> {
     (0..n)
@@ -139,7 +119,7 @@ fn other_keys(topic: &str, prefix: &str, n: usize) -> Vec<NewEvent> {
 
 /// Whether every key of [`other_keys`] has arrived.
 fn other_keys_arrived(collector: &Collector, prefix: &str, n: usize) -> bool {
-    let arrivals = first_arrivals(collector);
+    let arrivals = collector.first_arrivals();
     (0..n).all(|i| arrivals.contains_key(&format!("{prefix}-{i}")))
 }
 
@@ -267,7 +247,7 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do(
         );
         assert_eq!(got.attribute("causation_id"), None);
     }
-    assert_eq!(first_arrivals(&s.collector)["video-1"], vec![1, 2, 3]);
+    assert_eq!(s.collector.first_arrivals()["video-1"], vec![1, 2, 3]);
     Ok(())
 }
 
@@ -303,7 +283,7 @@ async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_or
         s.collector.distinct_event_ids().len() >= 1000
     })
     .await?;
-    let arrivals = first_arrivals(&s.collector);
+    let arrivals = s.collector.first_arrivals();
     assert_eq!(arrivals.len(), 50);
     for (key, versions) in arrivals {
         assert_eq!(
@@ -351,7 +331,7 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
     })
     .await?;
     assert!(
-        !first_arrivals(&s.collector).contains_key("stuck"),
+        !s.collector.first_arrivals().contains_key("stuck"),
         "a later version of the failing key was published before v1"
     );
     assert_eq!(
@@ -362,10 +342,10 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
     wait_until(
         WAIT,
         "the held-back key delivered after recovery",
-        || async { first_arrivals(&s.collector).get("stuck").map(Vec::len) == Some(5) },
+        || async { s.collector.first_arrivals().get("stuck").map(Vec::len) == Some(5) },
     )
     .await?;
-    assert_eq!(first_arrivals(&s.collector)["stuck"], vec![1, 2, 3, 4, 5]);
+    assert_eq!(s.collector.first_arrivals()["stuck"], vec![1, 2, 3, 4, 5]);
     assert_eq!(
         failures.load(Ordering::SeqCst),
         4,
@@ -414,7 +394,7 @@ async fn a_failure_deep_in_a_key_with_overlapping_batches_keeps_the_key_in_order
         || async { s.collector.distinct_event_ids().len() == 120 && all_published(&s.db).await },
     )
     .await?;
-    let arrivals = first_arrivals(&s.collector);
+    let arrivals = s.collector.first_arrivals();
     assert_eq!(
         arrivals["deep"],
         (1..=60).collect::<Vec<_>>(),
@@ -754,7 +734,7 @@ async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() 
         count(&s.db, "SELECT count(*) FROM courier.outbox WHERE aggregate_id = 'doomed' AND version = 2 AND published_at IS NULL AND publish_attempts = 0").await,
         1
     );
-    assert!(!first_arrivals(&s.collector).contains_key("doomed"));
+    assert!(!s.collector.first_arrivals().contains_key("doomed"));
     assert!(counter("outbox_dead_total", None) >= dead_before + 2.0);
     Ok(())
 }

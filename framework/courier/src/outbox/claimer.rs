@@ -1,22 +1,25 @@
 //! Claimer: drains one owned outbox shard.
 //!
-//! Loop: claim a batch → hand each key's rows to its publisher → mark outcomes as they arrive,
-//! in batched statements (one mark at a time; outcomes settling meanwhile join the next). A
-//! batch found means claim again at once while fewer than `max_in_flight_batches ×
-//! claim_batch_size` rows are unmarked — rows count, not batches, so one slow key does not hold
-//! a whole batch's capacity (a partial batch waits `claim_linger_millis` first, so a trickle
-//! gathers into batches); none found means idle: flag the shard idle so writers NOTIFY it,
-//! look once more, then poll with exponential backoff and full jitter until a wake or a hit.
+//! Loop: take permits from the relay's publish limit → claim that many rows at most → hand each
+//! key's rows to its publisher → mark outcomes as they arrive, in batched statements (one mark
+//! at a time; outcomes settling meanwhile join the next, in `marking`). A batch found means
+//! claim again at once while fewer than `max_in_flight_batches × claim_batch_size` rows are
+//! unmarked — rows count, not batches, so one slow key does not hold a whole batch's capacity
+//! (a partial batch waits `claim_linger_millis` first, so a trickle gathers into batches); none
+//! found means idle: flag the shard idle so writers NOTIFY it, look once more, then poll with
+//! exponential backoff and full jitter until a wake or a hit. No permits (the broker is slow
+//! and the limit full) means look again shortly, without a query.
 //!
 //! Each (re)start takes a fresh lock token: rows the previous incarnation held become
 //! claimable when their lease expires, and its late marks no longer match.
 
 use crate::config::RelayConfig;
+use crate::outbox::marking::{Marking, RowMeta};
+use crate::outbox::publish_limit::Permits;
 use crate::outbox::publisher::{PublishOutcome, PublisherKey, Publishers};
-use crate::outbox::store::{ClaimedRow, FailedRow, OutboxStore};
+use crate::outbox::store::{ClaimedRow, OutboxStore};
 use crate::supervision::Supervision;
 use actix::prelude::*;
-use chrono::Utc;
 use futures::channel::mpsc;
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,8 +32,12 @@ use uuid::Uuid;
 /// Wakes are hints: one pending is as good as many, so a full mailbox just drops the extra.
 const CLAIMER_MAILBOX: usize = 16;
 
-/// Marking is retried this often on transient errors before the claimer restarts.
-const MARK_ATTEMPTS: u32 = 5;
+/// Fewer permits than this (or than a batch, or than the limit's minimum) are not worth a
+/// claim query: wait for more.
+const MIN_CLAIM_ROWS: usize = 16;
+
+/// How soon a claimer that found the publish limit full looks again.
+const LIMIT_RECHECK: Duration = Duration::from_millis(50);
 
 /// New rows may be waiting: claim now.
 #[derive(Message, Debug, Clone, Copy)]
@@ -120,6 +127,14 @@ impl Claimer {
         {
             return;
         }
+        let batch = self.config.claim_batch_size as usize;
+        let limit = self.publishers.limit();
+        let mut permits = limit.try_acquire(batch);
+        if permits.count() < batch.min(MIN_CLAIM_ROWS).min(limit.min()) {
+            drop(permits);
+            self.claim_after(LIMIT_RECHECK, ctx);
+            return;
+        }
         if let Some(timer) = self.poll_timer.take() {
             ctx.cancel_future(timer);
         }
@@ -127,7 +142,8 @@ impl Claimer {
         let claim_started = std::time::Instant::now();
         let store = self.store.clone();
         let (shard, token) = (self.shard, self.token);
-        let (lease, limit) = (self.config.claim_lease(), self.config.claim_batch_size);
+        let lease = self.config.claim_lease();
+        let limit = u32::try_from(permits.count()).unwrap_or(u32::MAX);
         ctx.spawn(
             async move { store.claim(shard, token, lease, limit).await }
                 .into_actor(self)
@@ -149,7 +165,8 @@ impl Claimer {
                                 act.set_idle(false, ctx);
                             }
                             let full = rows.len() >= act.config.claim_batch_size as usize;
-                            act.dispatch(rows, claim_started);
+                            permits.keep(rows.len());
+                            act.dispatch(rows, claim_started, permits);
                             if full || act.config.claim_linger_millis == 0 {
                                 act.claim(ctx);
                             } else {
@@ -233,8 +250,14 @@ impl Claimer {
     }
 
     /// Enqueues every key's rows to its publisher now (so keys see batches in claim order);
-    /// each key's outcomes are marked as soon as they arrive.
-    fn dispatch(&mut self, rows: Vec<ClaimedRow>, claimed_at: std::time::Instant) {
+    /// each key's outcomes are marked as soon as they arrive, and its rows' permits go back
+    /// then.
+    fn dispatch(
+        &mut self,
+        rows: Vec<ClaimedRow>,
+        claimed_at: std::time::Instant,
+        mut permits: Permits,
+    ) {
         self.in_flight += rows.len();
         for r in &rows {
             let key = PublisherKey {
@@ -257,10 +280,13 @@ impl Claimer {
         // channel is unbounded but holds at most one message per key group in flight, which
         // `max_in_flight_batches × claim_batch_size` bounds.
         for group in group_by_key(rows) {
+            let group_permits = permits.split_off(group.len());
             let outcomes = self.publishers.dispatch(group, claimed_at);
             let sender = self.outcomes.clone();
             actix::spawn(async move {
-                let _ = sender.unbounded_send(outcomes.await);
+                let outcomes = outcomes.await;
+                drop(group_permits);
+                let _ = sender.unbounded_send(outcomes);
             });
         }
     }
@@ -274,7 +300,7 @@ impl Claimer {
         self.marking = true;
         let outcomes = std::mem::take(&mut self.settled);
         let count = outcomes.len();
-        let batch = RecordContext {
+        let batch = Marking {
             rows: outcomes
                 .iter()
                 .filter_map(|o| self.rows.remove(&o.seq()).map(|meta| (o.seq(), meta)))
@@ -351,112 +377,6 @@ pub fn group_by_key(rows: Vec<ClaimedRow>) -> Vec<Vec<ClaimedRow>> {
         group.sort_by_key(|r| r.version);
     }
     groups
-}
-
-/// What recording one batch's outcomes needs.
-/// What the claimer remembers of a row until it is marked.
-struct RowMeta {
-    key: PublisherKey,
-    /// For logs: which event a failure concerns.
-    event_id: Uuid,
-    version: i64,
-    /// Attempts before this claim.
-    attempts: i32,
-}
-
-struct RecordContext {
-    rows: HashMap<i64, RowMeta>,
-    shard: u32,
-    token: Uuid,
-    store: Arc<OutboxStore>,
-    publishers: Arc<Publishers>,
-    config: Arc<RelayConfig>,
-}
-
-impl RecordContext {
-    async fn record(&self, outcomes: Vec<PublishOutcome>) -> Result<(), crate::db::DbError> {
-        let mut published = Vec::new();
-        let mut failed = Vec::new();
-        let mut not_tried = Vec::new();
-        for outcome in outcomes {
-            match outcome {
-                PublishOutcome::Published { seq, .. } => published.push(seq),
-                PublishOutcome::Failed {
-                    seq,
-                    error,
-                    permanent,
-                } => failed.push((seq, error, permanent)),
-                PublishOutcome::NotTried { seq } => not_tried.push(seq),
-            }
-        }
-        let failed = self.plan_failures(failed);
-        retry_transient(|| self.store.mark_published(&published, self.token)).await?;
-        retry_transient(|| self.store.mark_failed(&failed, self.token)).await?;
-        // Committed: claims starting from now keep these keys' later rows back themselves.
-        let recorded_at = std::time::Instant::now();
-        for row in &failed {
-            if let Some(meta) = self.rows.get(&row.seq) {
-                self.publishers
-                    .failure_recorded(meta.key.clone(), meta.version, recorded_at);
-            }
-        }
-        retry_transient(|| self.store.release(&not_tried, self.token)).await?;
-        Ok(())
-    }
-
-    /// Decides retry time or death for each failure, from the attempts the row already had.
-    fn plan_failures(&self, failed: Vec<(i64, String, bool)>) -> Vec<FailedRow> {
-        let backoff = self.config.retry_backoff();
-        failed
-            .into_iter()
-            .map(|(seq, error, permanent)| {
-                let row = self.rows.get(&seq);
-                let attempts_after = row.map_or(0, |r| r.attempts).saturating_add(1);
-                let event_id = row.map(|r| r.event_id.to_string()).unwrap_or_default();
-                let ordering_key = row.map(|r| r.key.ordering_key.as_str()).unwrap_or_default();
-                let dead = permanent
-                    || u32::try_from(attempts_after).unwrap_or(u32::MAX)
-                        >= self.config.publish_max_attempts;
-                if dead {
-                    metrics::counter!(crate::metrics::OUTBOX_DEAD_TOTAL).increment(1);
-                    tracing::error!(shard = self.shard, seq, event_id, ordering_key, attempts = attempts_after,
-                        error = %error, "outbox row is dead; its key waits for an operator (retry or skip)");
-                } else {
-                    tracing::warn!(shard = self.shard, seq, event_id, ordering_key, attempts = attempts_after,
-                        error = %error, "publish failed, will retry");
-                }
-                let retry_at = (!dead).then(|| {
-                    let delay = backoff.delay(u32::try_from(attempts_after - 1).unwrap_or(0));
-                    Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero())
-                });
-                FailedRow {
-                    seq,
-                    error,
-                    retry_at,
-                    dead,
-                }
-            })
-            .collect()
-    }
-}
-
-/// Runs `op` until it succeeds, fails permanently, or `MARK_ATTEMPTS` transient failures.
-async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T, crate::db::DbError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, crate::db::DbError>>,
-{
-    let backoff = crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    let mut attempt = 0;
-    loop {
-        match op().await {
-            Err(e) if e.is_transient() && attempt + 1 < MARK_ATTEMPTS => {
-                tokio::time::sleep(backoff.delay(attempt)).await;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
 }
 
 impl Actor for Claimer {
@@ -540,7 +460,7 @@ mod tests {
             schema_version: 1,
             payload: vec![],
             optional_attributes: Default::default(),
-            occurred_at: Utc::now(),
+            occurred_at: chrono::Utc::now(),
             publish_attempts: 0,
         }
     }

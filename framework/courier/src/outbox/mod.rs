@@ -4,15 +4,19 @@
 //! - [`append`]: `Outbox::append` / `append_all` inside the caller's transaction.
 //! - [`event`], [`attributes`]: what an event is and the attributes it is published with.
 //! - [`relay`]: starts the actor tree below.
-//! - [`notify_listener`] → [`shard_owner`] → [`claimer`] → [`publisher`]: the actors.
+//! - [`notify_listener`] → [`shard_owner`] → [`claimer`] → [`publisher`]: the actors;
+//!   [`marking`] writes the claimer's outcomes; [`publish_limit`] is the congestion control
+//!   they share; [`topic_clients`] the Pub/Sub clients the publishers use.
 //! - [`store`]: the relay's SQL (`queries/*.sql`); [`shard`]: shard hashing.
 
 pub mod append;
 pub mod attributes;
 pub mod claimer;
 pub mod event;
+mod marking;
 pub mod notify_listener;
 pub mod operator;
+pub mod publish_limit;
 pub mod publisher;
 pub mod relay;
 pub mod shard;

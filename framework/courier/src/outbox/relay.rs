@@ -8,6 +8,7 @@ use crate::db::DbError;
 use crate::outbox::append::wake_channel;
 use crate::outbox::claimer::BeforeMark;
 use crate::outbox::notify_listener::NotifyListener;
+use crate::outbox::publish_limit::{LimitSnapshot, PublishLimit};
 use crate::outbox::publisher::{PublishFault, PublisherSettings, Publishers};
 use crate::outbox::shard_owner::{ClaimerParts, Deregister, OwnedShards, ReleaseAll, ShardOwner};
 use crate::outbox::store::OutboxStore;
@@ -73,6 +74,7 @@ pub fn start(
             max_in_flight_batches: config.relay.max_in_flight_batches as usize,
             park_expiry: config.relay.claim_lease(),
             fault: options.publish_fault.clone(),
+            limit: PublishLimit::new(config.relay.publish_limit()),
         },
         clients,
     ));
@@ -169,6 +171,11 @@ impl RelayHandle {
     /// ever published.
     pub fn live_publishers(&self) -> (usize, usize) {
         (self.publishers.live(), self.publishers.clients_alive())
+    }
+
+    /// The adaptive limit on publishes in flight, what is in flight, and recent latency.
+    pub fn publish_limit(&self) -> LimitSnapshot {
+        self.publishers.limit().snapshot()
     }
 
     /// Stops at once: nothing is drained or marked (what a crash does).

@@ -148,6 +148,7 @@ impl ShardOwner {
         let lease = self.parts.relay.claim_lease();
         let namespace = self.lock_namespace;
         let shutting_down = self.shutting_down;
+        let limit = self.parts.publishers.limit().snapshot();
         let order = shard_order(instance, shard_count);
         ctx.spawn(
             async move {
@@ -155,7 +156,7 @@ impl ShardOwner {
                 let live = if shutting_down {
                     1
                 } else {
-                    store.heartbeat(instance, &owned, lease).await?
+                    store.heartbeat(instance, &owned, lease, limit).await?
                 };
                 sample_backlog(&store).await;
                 let share = if shutting_down { 0 } else { shard_count.div_ceil(live) as usize };

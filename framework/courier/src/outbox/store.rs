@@ -2,6 +2,7 @@
 //! Queries live in `queries/*.sql`, rendered once for the configured schema.
 
 use crate::db::{render, DbError, PgPool, PooledClient};
+use crate::outbox::publish_limit::LimitSnapshot;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +41,8 @@ pub struct FailedRow {
     /// When to try again; `None` together with `dead`.
     pub retry_at: Option<DateTime<Utc>>,
     pub dead: bool,
+    /// Whether the failure spends one of the row's attempts (a broker failure does not).
+    pub counts_attempt: bool,
 }
 
 /// Rendered statements and the pool they run on.
@@ -207,11 +210,15 @@ impl OutboxStore {
         let errors: Vec<&str> = failed.iter().map(|f| f.error.as_str()).collect();
         let retry_at: Vec<Option<DateTime<Utc>>> = failed.iter().map(|f| f.retry_at).collect();
         let dead: Vec<bool> = failed.iter().map(|f| f.dead).collect();
+        let counts: Vec<bool> = failed.iter().map(|f| f.counts_attempt).collect();
         let context = format!("record {} failed publishes", failed.len());
         let (conn, mark_failed) = self.conn_prepared(&self.mark_failed, &context).await?;
-        conn.execute(&mark_failed, &[&seqs, &errors, &retry_at, &dead, &token])
-            .await
-            .map_err(DbError::query(context))
+        conn.execute(
+            &mark_failed,
+            &[&seqs, &errors, &retry_at, &dead, &counts, &token],
+        )
+        .await
+        .map_err(DbError::query(context))
     }
 
     /// Releases `seqs` without counting an attempt.
@@ -236,19 +243,29 @@ impl OutboxStore {
         Ok(())
     }
 
-    /// Heartbeats `instance` and returns the number of live instances (itself included).
+    /// Heartbeats `instance` with what its publish limit sees, and returns the number of live
+    /// instances (itself included).
     pub async fn heartbeat(
         &self,
         instance: Uuid,
         owned: &[u32],
         alive_within: Duration,
+        limit: LimitSnapshot,
     ) -> Result<u32, DbError> {
         let owned: Vec<i32> = owned.iter().map(|s| shard_param(*s)).collect();
+        let as_int = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
         let conn = self.conn("relay heartbeat").await?;
         let row = conn
             .query_one(
                 &self.heartbeat,
-                &[&instance, &owned, &alive_within.as_secs_f64()],
+                &[
+                    &instance,
+                    &owned,
+                    &alive_within.as_secs_f64(),
+                    &as_int(limit.limit),
+                    &as_int(limit.in_flight),
+                    &limit.latency_ms,
+                ],
             )
             .await
             .map_err(DbError::query("relay heartbeat"))?;

@@ -2,9 +2,19 @@
 -- A row is claimable when it is unpublished, not dead, due, and either unclaimed or claimed by
 -- another (earlier) owner whose lease of $3 seconds has expired.
 --
+-- Candidates: the shard's first $5 claimable rows in seq order, taken from two indexes that
+-- hold no parked row, so a claim reads no row that is dead or waiting for its retry, however
+-- many there are (0009_index_ready_and_retrying_rows.sql): outbox_ready (never failed, in seq
+-- order) and outbox_retrying (failed, by retry time; the due ones are sorted by seq). The first
+-- $5 of each, merged, are the first $5 of both: the rows one walk in seq order would find.
+--
 -- Head of line: no version may overtake an earlier unpublished one of its key.
 -- * Rows behind a parked row (dead, or waiting for its retry) are skipped while choosing
 --   candidates, so a parked key never stalls the shard (outbox_parked holds only those rows).
+--   The probe sits in an OR, like the contested check below, so PostgreSQL runs it per
+--   candidate, and only while the shard has a row in outbox_parked (`parked`). As a plain
+--   NOT EXISTS it may become a join that reads every parked row: with statistics taken before
+--   50,000 rows were parked, each candidate was compared with all of them (1.3 s a claim).
 -- * Rows behind a row held by another owner's live claim are left for later. Such claims exist
 --   only while the shard is contested: after its claim token changed (takeover, restart, or
 --   two owners at once), until the other tokens' claims expire. `owner` records this token and
@@ -31,25 +41,62 @@ WITH changed AS (
                 ELSE (SELECT coalesce(st.contested_until > now(), false)
                       FROM {schema}.outbox_shard_state st WHERE st.shard = $1)
            END AS contested
+), parked AS (
+    -- Whether the shard has any row in outbox_parked (one index entry read): if not, no
+    -- candidate can be behind a parked row, and the per-candidate probe is skipped.
+    SELECT EXISTS (SELECT 1
+                   FROM {schema}.outbox p
+                   WHERE p.shard = $1
+                     AND p.published_at IS NULL
+                     AND (p.dead_at IS NOT NULL OR p.next_retry_at IS NOT NULL)) AS present
 ), candidates AS (
-    SELECT o.seq, o.aggregate_id, o.version
-    FROM {schema}.outbox o
-    WHERE o.shard = $1
-      AND o.published_at IS NULL
-      AND o.dead_at IS NULL
-      AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
-      AND (o.lock_token IS NULL
-           OR (o.lock_token <> $2 AND o.locked_at < now() - make_interval(secs => $3)))
-      AND NOT EXISTS (
-          SELECT 1
-          FROM {schema}.outbox e
-          WHERE e.shard = $1
-            AND e.aggregate_id = o.aggregate_id
-            AND e.version < o.version
-            AND e.published_at IS NULL
-            AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
-            AND (e.dead_at IS NOT NULL OR e.next_retry_at > now()))
-    ORDER BY o.seq
+    SELECT c.seq, c.aggregate_id, c.version
+    FROM ((
+        -- Never failed (or given a fresh start by an operator).
+        SELECT o.seq, o.aggregate_id, o.version
+        FROM {schema}.outbox o
+        WHERE o.shard = $1
+          AND o.published_at IS NULL
+          AND o.dead_at IS NULL
+          AND o.next_retry_at IS NULL
+          AND (o.lock_token IS NULL
+               OR (o.lock_token <> $2 AND o.locked_at < now() - make_interval(secs => $3)))
+          AND (NOT (SELECT present FROM parked)
+               OR NOT EXISTS (
+                  SELECT 1
+                  FROM {schema}.outbox e
+                  WHERE e.shard = $1
+                    AND e.aggregate_id = o.aggregate_id
+                    AND e.version < o.version
+                    AND e.published_at IS NULL
+                    AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
+                    AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
+        ORDER BY o.seq
+        LIMIT $5
+    ) UNION ALL (
+        -- Failed, and its retry is due.
+        SELECT o.seq, o.aggregate_id, o.version
+        FROM {schema}.outbox o
+        WHERE o.shard = $1
+          AND o.published_at IS NULL
+          AND o.dead_at IS NULL
+          AND o.next_retry_at <= now()
+          AND (o.lock_token IS NULL
+               OR (o.lock_token <> $2 AND o.locked_at < now() - make_interval(secs => $3)))
+          AND (NOT (SELECT present FROM parked)
+               OR NOT EXISTS (
+                  SELECT 1
+                  FROM {schema}.outbox e
+                  WHERE e.shard = $1
+                    AND e.aggregate_id = o.aggregate_id
+                    AND e.version < o.version
+                    AND e.published_at IS NULL
+                    AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
+                    AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
+        ORDER BY o.seq
+        LIMIT $5
+    )) c
+    ORDER BY c.seq
     LIMIT $5
 ), claimable AS (
     SELECT o.seq

@@ -1,5 +1,5 @@
-//! A TCP proxy between the workers and the emulator that can make Pub/Sub slow or silent for a
-//! while (the `broker-slow` fault): every byte is held until a due instant, in order, so the
+//! A TCP proxy between Pub/Sub clients and the emulator that can make Pub/Sub slow or silent
+//! for a while (load-tests' `broker-slow` fault, the relay's congestion tests): every byte is held until a due instant, in order, so the
 //! gRPC streams stay intact and only their timing changes, as with a congested or stalled
 //! broker. Real Pub/Sub slows down this way under load or in an incident; the emulator alone
 //! answers at the speed of this machine.

@@ -1,0 +1,338 @@
+//! The relay's adaptive limit on publishes in flight (congestion control).
+//!
+//! Claimers take permits before they claim, one per row, and a row's permit goes back when its
+//! key publisher has settled it; so the limit bounds what the whole relay has handed to Pub/Sub
+//! and not yet heard back about. The limit moves like TCP's window or Netflix's AIMD limiter:
+//! it grows by one per acknowledgement while the relay uses at least half of it and
+//! acknowledgements come back within the latency target, and it shrinks when the broker
+//! signals congestion — by half on a timeout, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` or
+//! `UNAVAILABLE`; on an acknowledgement slower than the target, by the ratio of target to
+//! latency (between a tenth and a half, as a gradient limiter would) — at most once per target
+//! interval, so one congested moment (thousands of rows timing out together) shrinks it once.
+//! A slow broker therefore meets fewer claims instead of more retries.
+
+use crate::backoff::Backoff;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Bounds and target of the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitSettings {
+    pub min: usize,
+    pub max: usize,
+    /// Acknowledgements slower than this count as congestion.
+    pub latency_target: Duration,
+}
+
+/// What the broker told us about its load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Congestion {
+    /// An acknowledgement slower than the latency target: `target / latency`, below 1.
+    SlowAck(f64),
+    /// A publish that timed out or failed with a broker-side status.
+    BrokerFailure,
+}
+
+impl Congestion {
+    /// The factor the limit is multiplied by.
+    fn shrink_to(self) -> f64 {
+        match self {
+            Congestion::SlowAck(ratio) => ratio.clamp(0.5, 0.9),
+            Congestion::BrokerFailure => 0.5,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Congestion::SlowAck(_) => "slow_ack",
+            Congestion::BrokerFailure => "broker_failure",
+        }
+    }
+}
+
+/// The limit as an operator sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitSnapshot {
+    pub limit: usize,
+    pub in_flight: usize,
+    /// Recent acknowledgement latency (exponentially weighted), in milliseconds.
+    pub latency_ms: f64,
+}
+
+#[derive(Debug)]
+struct State {
+    limit: f64,
+    in_flight: usize,
+    last_shrink: Option<Instant>,
+    /// Broker failures since the last acknowledgement (the exponent of their retry delay).
+    broker_failures_in_a_row: u32,
+    latency_ms: f64,
+}
+
+/// Shared by a relay's claimers (who take permits) and key publishers (who report outcomes).
+#[derive(Debug)]
+pub struct PublishLimit {
+    settings: LimitSettings,
+    state: Mutex<State>,
+}
+
+/// Weight of one acknowledgement in the latency average.
+const LATENCY_WEIGHT: f64 = 0.05;
+
+impl PublishLimit {
+    /// Starts at the minimum: the limit finds the broker's pace from there (by doubling per
+    /// round trip while every acknowledgement is fast and the relay uses the limit).
+    pub fn new(settings: LimitSettings) -> Arc<Self> {
+        let limit = Arc::new(Self {
+            settings,
+            state: Mutex::new(State {
+                limit: settings.min as f64,
+                in_flight: 0,
+                last_shrink: None,
+                broker_failures_in_a_row: 0,
+                latency_ms: 0.0,
+            }),
+        });
+        limit.publish_gauges(&limit.state());
+        limit
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Counters only: a panic elsewhere cannot leave them unusable.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The limit never falls below this: a claimer waiting for this many permits gets them.
+    pub fn min(&self) -> usize {
+        self.settings.min
+    }
+
+    /// Up to `wanted` permits, as many as the limit leaves room for (possibly none).
+    pub fn try_acquire(self: &Arc<Self>, wanted: usize) -> Permits {
+        let mut state = self.state();
+        let room = (state.limit as usize).saturating_sub(state.in_flight);
+        let count = wanted.min(room);
+        state.in_flight += count;
+        self.publish_gauges(&state);
+        Permits {
+            limit: Some(self.clone()),
+            count,
+        }
+    }
+
+    fn release(&self, count: usize) {
+        let mut state = self.state();
+        state.in_flight = state.in_flight.saturating_sub(count);
+        self.publish_gauges(&state);
+    }
+
+    /// A publish was acknowledged after `latency`.
+    pub fn on_acked(&self, latency: Duration) {
+        let mut state = self.state();
+        let ms = latency.as_secs_f64() * 1_000.0;
+        state.latency_ms = if state.latency_ms == 0.0 {
+            ms
+        } else {
+            state.latency_ms + LATENCY_WEIGHT * (ms - state.latency_ms)
+        };
+        state.broker_failures_in_a_row = 0;
+        if latency > self.settings.latency_target {
+            let ratio = self.settings.latency_target.as_secs_f64() / latency.as_secs_f64();
+            self.shrink(&mut state, Congestion::SlowAck(ratio));
+        } else if state.in_flight * 2 >= state.limit as usize {
+            // Grow only while the limit is what holds the relay back.
+            state.limit = (state.limit + 1.0).min(self.settings.max as f64);
+        }
+        self.publish_gauges(&state);
+    }
+
+    /// The broker failed a publish or did not answer in time.
+    pub fn on_broker_failure(&self) {
+        let mut state = self.state();
+        state.broker_failures_in_a_row = state.broker_failures_in_a_row.saturating_add(1);
+        self.shrink(&mut state, Congestion::BrokerFailure);
+        self.publish_gauges(&state);
+    }
+
+    fn shrink(&self, state: &mut State, signal: Congestion) {
+        let recently = state
+            .last_shrink
+            .is_some_and(|at| at.elapsed() < self.settings.latency_target);
+        if recently {
+            return;
+        }
+        state.last_shrink = Some(Instant::now());
+        state.limit = (state.limit * signal.shrink_to()).max(self.settings.min as f64);
+        metrics::counter!(crate::metrics::RELAY_CONGESTION_TOTAL, "signal" => signal.label())
+            .increment(1);
+    }
+
+    /// How long rows that failed on the broker wait before their retry: grows with the
+    /// broker's failures in a row (not with the row's own attempts, which such failures do not
+    /// spend), and starts over with the first acknowledgement.
+    pub fn broker_retry_delay(&self, backoff: &Backoff) -> Duration {
+        let failures = self.state().broker_failures_in_a_row;
+        backoff.delay(failures.saturating_sub(1))
+    }
+
+    pub fn snapshot(&self) -> LimitSnapshot {
+        let state = self.state();
+        LimitSnapshot {
+            limit: state.limit as usize,
+            in_flight: state.in_flight,
+            latency_ms: state.latency_ms,
+        }
+    }
+
+    fn publish_gauges(&self, state: &State) {
+        metrics::gauge!(crate::metrics::RELAY_PUBLISH_LIMIT).set(state.limit.floor());
+        metrics::gauge!(crate::metrics::RELAY_PUBLISHES_IN_FLIGHT).set(state.in_flight as f64);
+    }
+}
+
+/// Permits for rows in flight; dropping them gives them back.
+#[derive(Debug)]
+pub struct Permits {
+    limit: Option<Arc<PublishLimit>>,
+    count: usize,
+}
+
+impl Permits {
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Gives back all but `keep`.
+    pub fn keep(&mut self, keep: usize) {
+        let excess = self.count.saturating_sub(keep);
+        if let (Some(limit), true) = (&self.limit, excess > 0) {
+            limit.release(excess);
+        }
+        self.count -= excess;
+    }
+
+    /// Moves `n` of these permits (or what is left) into permits of their own.
+    pub fn split_off(&mut self, n: usize) -> Permits {
+        let n = n.min(self.count);
+        self.count -= n;
+        Permits {
+            limit: self.limit.clone(),
+            count: n,
+        }
+    }
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        if let (Some(limit), true) = (&self.limit, self.count > 0) {
+            limit.release(self.count);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(min: usize, max: usize) -> Arc<PublishLimit> {
+        PublishLimit::new(LimitSettings {
+            min,
+            max,
+            latency_target: Duration::from_millis(500),
+        })
+    }
+
+    /// `acks` fast acknowledgements while the relay uses all of the limit; the permits taken.
+    fn grow_busy(limit: &Arc<PublishLimit>, acks: usize) -> Vec<Permits> {
+        let mut held = Vec::new();
+        for _ in 0..acks {
+            held.push(limit.try_acquire(usize::MAX));
+            limit.on_acked(Duration::from_millis(1));
+        }
+        held
+    }
+
+    #[test]
+    fn permits_stop_at_the_limit_and_come_back_when_dropped() {
+        let limit = limit(10, 100);
+        let mut first = limit.try_acquire(8);
+        assert_eq!(first.count(), 8);
+        assert_eq!(limit.try_acquire(8).count(), 2, "only the room left");
+        assert_eq!(limit.snapshot().in_flight, 8, "the 2 were dropped at once");
+        let part = first.split_off(3);
+        drop(first);
+        assert_eq!(limit.snapshot().in_flight, 3);
+        drop(part);
+        assert_eq!(limit.snapshot().in_flight, 0);
+    }
+
+    #[test]
+    fn keep_gives_back_what_a_claim_did_not_use() {
+        let limit = limit(10, 100);
+        let mut permits = limit.try_acquire(10);
+        permits.keep(4);
+        assert_eq!((permits.count(), limit.snapshot().in_flight), (4, 4));
+    }
+
+    #[test]
+    fn the_limit_grows_with_fast_acknowledgements_while_it_is_used() {
+        let limit = limit(10, 100);
+        let _held = limit.try_acquire(10);
+        for _ in 0..5 {
+            limit.on_acked(Duration::from_millis(20));
+        }
+        assert_eq!(limit.snapshot().limit, 15);
+    }
+
+    #[test]
+    fn an_unused_limit_does_not_grow() {
+        let limit = limit(10, 100);
+        let _held = limit.try_acquire(2);
+        limit.on_acked(Duration::from_millis(20));
+        assert_eq!(limit.snapshot().limit, 10);
+    }
+
+    #[test]
+    fn broker_failures_halve_the_limit_once_per_interval_and_never_below_the_minimum() {
+        let limit = limit(10, 100);
+        let _held = grow_busy(&limit, 50);
+        assert_eq!(limit.snapshot().limit, 60);
+        for _ in 0..1_000 {
+            limit.on_broker_failure();
+        }
+        assert_eq!(
+            limit.snapshot().limit,
+            30,
+            "one congested moment shrinks it once"
+        );
+        limit.state().last_shrink = None;
+        limit.on_broker_failure();
+        limit.state().last_shrink = None;
+        limit.on_broker_failure();
+        assert_eq!(limit.snapshot().limit, 10);
+    }
+
+    #[test]
+    fn slow_acknowledgements_shrink_the_limit_by_how_late_they_are() {
+        // Target 500 ms: 550 ms shrinks by a tenth, 800 ms to 62 %, 2 s by half.
+        for (latency, expected) in [(550, 90), (800, 62), (2_000, 50)] {
+            let limit = limit(10, 1_000);
+            let _held = grow_busy(&limit, 90);
+            limit.on_acked(Duration::from_millis(latency));
+            assert_eq!(limit.snapshot().limit, expected, "{latency} ms");
+        }
+    }
+
+    #[test]
+    fn the_broker_retry_delay_grows_with_failures_in_a_row_and_resets_on_an_ack() {
+        let limit = limit(10, 100);
+        let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(1_000));
+        let ceiling = |n: u32| Duration::from_secs(1 << n);
+        for n in 0..6 {
+            limit.on_broker_failure();
+            assert!(limit.broker_retry_delay(&backoff) <= ceiling(n));
+        }
+        limit.on_acked(Duration::from_millis(1));
+        assert_eq!(limit.state().broker_failures_in_a_row, 0);
+    }
+}

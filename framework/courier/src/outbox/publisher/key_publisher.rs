@@ -1,0 +1,385 @@
+//! KeyPublisher: the actor that publishes one (topic, ordering key)'s rows.
+//!
+//! It hands a batch's rows to the client in order and settles them against one deadline for
+//! the whole hand-over. The first failure of the key parks it (see `park`); the client pauses
+//! a key after an error, and the actor resumes it just before handing over the next row it
+//! admits. Acknowledgements and broker failures are reported to the relay's publish limit.
+
+use super::park::{admits, note_handed, Parked};
+use super::{message_for, FailureKind, PublishOutcome, PublisherKey, PublisherSettings};
+use crate::keyed_actors::{KeyedActors, Queued};
+use crate::outbox::store::ClaimedRow;
+use crate::outbox::topic_clients::{TopicClient, TopicClients};
+use crate::pubsub::{is_broker_side, is_transient_rpc, PubSubError};
+use actix::prelude::*;
+use google_cloud_pubsub::client::Publisher;
+use google_cloud_pubsub::error::PublishError;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Publish one key's rows, in version order; the outcomes go to `reply`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PublishRows {
+    pub rows: Vec<ClaimedRow>,
+    /// When the claim that found these rows started (before its snapshot was taken).
+    pub claimed_at: Instant,
+    pub reply: oneshot::Sender<Vec<PublishOutcome>>,
+}
+
+/// The failure of `version` is now recorded in the database (committed at or before `at`):
+/// claims that start later cannot return rows that would overtake it.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct FailureRecorded {
+    pub version: i64,
+    pub at: Instant,
+}
+
+/// Publishes one ordering key's rows of one topic.
+pub struct KeyPublisher {
+    key: PublisherKey,
+    /// The topic client this key publisher uses for its whole life (dropped with it, which
+    /// lets a generation's client go once all its keys have passivated).
+    client: Option<Arc<TopicClient>>,
+    clients: Arc<TopicClients>,
+    settings: PublisherSettings,
+    /// To leave the registry when passivating.
+    registry: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
+    queued: Arc<Queued>,
+    /// Batches received while the topic's client is being built, in order.
+    waiting: VecDeque<PublishRows>,
+    connecting: bool,
+    /// Batches handed to the client and not yet settled.
+    in_flight: usize,
+    parked: Option<Parked>,
+    /// The client paused the key after an error and has not been resumed.
+    paused: bool,
+    last_active: Instant,
+}
+
+impl Actor for KeyPublisher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // One message per in-flight batch of the key's claimer, plus a control message.
+        ctx.set_mailbox_capacity(self.settings.max_in_flight_batches + 2);
+        metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).increment(1.0);
+        let check_every = (self.settings.idle_after / 2).max(Duration::from_millis(100));
+        ctx.run_interval(check_every, |act, ctx| act.passivate_if_idle(ctx));
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).decrement(1.0);
+    }
+}
+
+impl KeyPublisher {
+    pub(super) fn new(
+        key: PublisherKey,
+        clients: Arc<TopicClients>,
+        settings: PublisherSettings,
+        registry: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
+        queued: Arc<Queued>,
+    ) -> Self {
+        Self {
+            key,
+            client: None,
+            clients,
+            settings,
+            registry,
+            queued,
+            waiting: VecDeque::new(),
+            connecting: false,
+            in_flight: 0,
+            parked: None,
+            paused: false,
+            last_active: Instant::now(),
+        }
+    }
+
+    fn passivate_if_idle(&mut self, ctx: &mut Context<Self>) {
+        // A park outlives its key publisher only once it has expired: until then it is what
+        // keeps rows claimed before the failure was recorded from overtaking it.
+        let park_over = self
+            .parked
+            .is_none_or(|p| p.failed_at.elapsed() >= self.settings.park_expiry);
+        let idle = self.in_flight == 0
+            && self.waiting.is_empty()
+            && park_over
+            && self.last_active.elapsed() >= self.settings.idle_after;
+        if !idle {
+            return;
+        }
+        if self.registry.leave_if_idle(&self.key, &ctx.address()) {
+            ctx.stop();
+        }
+    }
+
+    /// Hands waiting batches to the client once the topic's client exists.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let Some(client) = self.client.clone() else {
+            if !self.connecting {
+                self.connecting = true;
+                let clients = self.clients.clone();
+                let topic = self.key.topic.clone();
+                // `wait`: nothing else of this key may happen before the client exists.
+                ctx.wait(
+                    async move { clients.for_new_key(&topic).await }
+                        .into_actor(self)
+                        .map(|result, act, ctx| {
+                            act.connecting = false;
+                            match result {
+                                Ok(client) => {
+                                    act.client = Some(client);
+                                    act.pump(ctx);
+                                }
+                                Err(e) => {
+                                    let kind = client_failure_kind(&e);
+                                    if kind == FailureKind::Broker {
+                                        act.settings.limit.on_broker_failure();
+                                    }
+                                    for batch in act.waiting.drain(..) {
+                                        let outcomes =
+                                            fail_first(&batch.rows, &e.to_string(), kind);
+                                        let _ = batch.reply.send(outcomes);
+                                    }
+                                }
+                            }
+                        }),
+                );
+            }
+            return;
+        };
+        while let Some(batch) = self.waiting.pop_front() {
+            self.hand_over(batch, &client.publisher, ctx);
+        }
+    }
+
+    /// Gives a batch's admitted rows to the client in order, then settles them when their
+    /// acknowledgements (or errors) arrive.
+    fn hand_over(&mut self, batch: PublishRows, client: &Publisher, ctx: &mut Context<Self>) {
+        let mut handed = Vec::with_capacity(batch.rows.len());
+        let mut stop = false;
+        for row in &batch.rows {
+            if stop
+                || !admits(
+                    self.parked.as_ref(),
+                    row.version,
+                    batch.claimed_at,
+                    self.settings.park_expiry,
+                )
+            {
+                stop = true;
+                handed.push(Handed::NotTried);
+                continue;
+            }
+            note_handed(&mut self.parked, row.version);
+            if let Some(error) = self.settings.fault.as_ref().and_then(|f| f(row)) {
+                self.park(row.version);
+                handed.push(Handed::Injected(error));
+                stop = true;
+                continue;
+            }
+            if self.paused {
+                client.resume_publish(self.key.ordering_key.clone());
+                self.paused = false;
+            }
+            handed.push(Handed::Sent(Box::pin(client.publish(message_for(row)))));
+        }
+        self.in_flight += 1;
+        let started = Instant::now();
+        // One deadline for the whole hand-over: the rows' acknowledgements are awaited one
+        // after another, and a timeout per row would let a batch outlive the claim lease.
+        let deadline = tokio::time::Instant::now() + self.settings.publish_timeout;
+        ctx.spawn(
+            async move {
+                let mut results = Vec::with_capacity(handed.len());
+                for item in handed {
+                    results.push(match item {
+                        Handed::Sent(future) => {
+                            match tokio::time::timeout_at(deadline, future).await {
+                                Ok(Ok(id)) => Settled::Acked(id),
+                                Ok(Err(e)) => Settled::Error(e),
+                                Err(_) => Settled::TimedOut,
+                            }
+                        }
+                        Handed::Injected(error) => Settled::Injected(error),
+                        Handed::NotTried => Settled::NotTried,
+                    });
+                }
+                results
+            }
+            .into_actor(self)
+            .map(move |results, act, _| {
+                act.in_flight -= 1;
+                act.last_active = Instant::now();
+                let outcomes = act.settle(&batch.rows, results, started);
+                let _ = batch.reply.send(outcomes);
+            }),
+        );
+    }
+
+    fn park(&mut self, version: i64) {
+        // A park whose row was retried is over: a new failure starts a new one.
+        let lowest = match self.parked {
+            Some(p) if !p.retried => p.version.min(version),
+            _ => version,
+        };
+        self.parked = Some(Parked {
+            version: lowest,
+            failed_at: Instant::now(),
+            recorded_at: None,
+            retried: false,
+        });
+    }
+
+    /// Turns acknowledgements and errors into outcomes. Only the first failure of the key
+    /// counts as a failure; rows after it go back untried, whether or not the client sent them.
+    fn settle(
+        &mut self,
+        rows: &[ClaimedRow],
+        results: Vec<Settled>,
+        started: Instant,
+    ) -> Vec<PublishOutcome> {
+        let key = self.key.ordering_key.clone();
+        let mut outcomes = Vec::with_capacity(rows.len());
+        let mut failed = false;
+        for (row, result) in rows.iter().zip(results) {
+            let seq = row.seq;
+            let behind_failure = failed
+                || self
+                    .parked
+                    .is_some_and(|p| !p.retried && row.version > p.version);
+            let failure = match result {
+                Settled::Acked(message_id) => {
+                    let latency = started.elapsed();
+                    self.settings.limit.on_acked(latency);
+                    metrics::counter!(crate::metrics::OUTBOX_PUBLISH_SUCCESS_TOTAL).increment(1);
+                    metrics::histogram!(crate::metrics::OUTBOX_PUBLISH_LATENCY)
+                        .record(latency.as_secs_f64());
+                    outcomes.push(PublishOutcome::Published { seq, message_id });
+                    continue;
+                }
+                Settled::NotTried => {
+                    outcomes.push(PublishOutcome::NotTried { seq });
+                    continue;
+                }
+                Settled::Error(PublishError::OrderingKeyPaused) => {
+                    self.paused = true;
+                    outcomes.push(PublishOutcome::NotTried { seq });
+                    continue;
+                }
+                Settled::Error(e) => {
+                    self.paused = true;
+                    (
+                        format!("publish to ordering key {key} failed: {e}"),
+                        publish_failure_kind(&e),
+                    )
+                }
+                Settled::TimedOut => (
+                    format!(
+                        "publish to ordering key {key} not acknowledged within {:?}",
+                        self.settings.publish_timeout
+                    ),
+                    FailureKind::Broker,
+                ),
+                Settled::Injected(error) => (error, FailureKind::Transient),
+            };
+            if failure.1 == FailureKind::Broker {
+                self.settings.limit.on_broker_failure();
+                metrics::counter!(crate::metrics::OUTBOX_BROKER_FAILURES_TOTAL).increment(1);
+            }
+            if behind_failure {
+                outcomes.push(PublishOutcome::NotTried { seq });
+                continue;
+            }
+            failed = true;
+            self.park(row.version);
+            metrics::counter!(crate::metrics::OUTBOX_PUBLISH_ERROR_TOTAL).increment(1);
+            let (error, kind) = failure;
+            outcomes.push(PublishOutcome::Failed { seq, error, kind });
+        }
+        outcomes
+    }
+}
+
+/// A row as handed to the client.
+enum Handed {
+    Sent(std::pin::Pin<Box<google_cloud_pubsub::publisher::PublishFuture>>),
+    Injected(String),
+    NotTried,
+}
+
+/// A handed row's result.
+enum Settled {
+    Acked(String),
+    Error(PublishError),
+    TimedOut,
+    Injected(String),
+    NotTried,
+}
+
+impl Handler<PublishRows> for KeyPublisher {
+    type Result = ();
+
+    fn handle(&mut self, msg: PublishRows, ctx: &mut Self::Context) {
+        self.queued.finished(1);
+        self.last_active = Instant::now();
+        self.waiting.push_back(msg);
+        self.pump(ctx);
+    }
+}
+
+impl Handler<FailureRecorded> for KeyPublisher {
+    type Result = ();
+
+    fn handle(&mut self, msg: FailureRecorded, _ctx: &mut Self::Context) {
+        if let Some(parked) = self.parked.as_mut() {
+            if parked.version == msg.version {
+                parked.recorded_at = Some(msg.at);
+            }
+        }
+    }
+}
+
+/// Which kind of failure a failed publish is (see [`FailureKind`]).
+fn publish_failure_kind(error: &PublishError) -> FailureKind {
+    match error {
+        PublishError::Rpc(rpc) if is_broker_side(rpc) => FailureKind::Broker,
+        PublishError::Rpc(rpc) if is_transient_rpc(rpc) => FailureKind::Transient,
+        PublishError::Rpc(_) => FailureKind::Permanent,
+        // The client shut down under the row (a paused key is handled before this): not the
+        // row's doing either.
+        _ => FailureKind::Broker,
+    }
+}
+
+/// Which kind of failure not getting a topic client is: the broker's when it could not be
+/// reached, permanent when the client cannot be built at all.
+fn client_failure_kind(error: &PubSubError) -> FailureKind {
+    if error.is_transient() {
+        FailureKind::Broker
+    } else {
+        FailureKind::Permanent
+    }
+}
+
+fn fail_first(rows: &[ClaimedRow], error: &str, kind: FailureKind) -> Vec<PublishOutcome> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, row)| {
+            if i == 0 {
+                PublishOutcome::Failed {
+                    seq: row.seq,
+                    error: error.to_string(),
+                    kind,
+                }
+            } else {
+                PublishOutcome::NotTried { seq: row.seq }
+            }
+        })
+        .collect()
+}

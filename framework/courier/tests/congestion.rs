@@ -1,0 +1,266 @@
+//! The relay under a slow or frozen broker: real PostgreSQL, the real relay, and the real
+//! emulator behind a TCP proxy (`courier_testkit::BrokerProxy`) that delays or holds the relay's
+//! traffic, as a congested or stalled Pub/Sub does. Subscribers read the emulator directly.
+
+use courier::outbox::{NewEvent, Outbox, Relay, RelayHandle, RelayOptions};
+use courier::CourierConfig;
+use courier_testkit::{test_config, wait_until, BrokerProxy, Collector, TestDb, TestPubSub};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Setup {
+    db: TestDb,
+    pubsub: TestPubSub,
+    config: CourierConfig,
+    topic: String,
+    proxy: Arc<BrokerProxy>,
+}
+
+/// A database, a topic, and a relay config that reaches the emulator through a proxy.
+async fn setup(tweak: impl FnOnce(&mut CourierConfig)) -> anyhow::Result<Setup> {
+    courier_testkit::init_logging();
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let topic = pubsub.topic("congestion").await?;
+    let upstream = pubsub
+        .config()
+        .emulator_host
+        .ok_or_else(|| anyhow::anyhow!("the test kit's Pub/Sub config names no emulator"))?;
+    let proxy = Arc::new(BrokerProxy::start(&upstream).await?);
+    let mut config = test_config(&db, &pubsub);
+    config.pubsub.emulator_host = Some(proxy.host.clone());
+    tweak(&mut config);
+    Ok(Setup {
+        db,
+        pubsub,
+        config,
+        topic,
+        proxy,
+    })
+}
+
+fn event(topic: &str, key: &str, version: i64) -> NewEvent {
+    NewEvent::new(
+        topic,
+        "video",
+        key,
+        "VideoChanged",
+        version,
+        format!("{key}:{version}").into_bytes(),
+    )
+}
+
+fn spawn_relay(config: &CourierConfig) -> anyhow::Result<RelayHandle> {
+    Ok(Relay::spawn(
+        config,
+        RelayOptions {
+            // Not the process's exit: a test that fails says why.
+            escalate: Arc::new(|e| tracing::error!(?e, "actor escalated")),
+            ..RelayOptions::default()
+        },
+    )?)
+}
+
+async fn count(db: &TestDb, sql: &str) -> anyhow::Result<i64> {
+    Ok(db.client().await?.query_one(sql, &[]).await?.get(0))
+}
+
+/// Appends `per_tick` events every 100 ms across `keys` keys (each key's versions in order)
+/// until `stop`; counts what it committed in `written`.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    written: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Writer {
+    fn start(s: &Setup, keys: usize, per_tick: usize) -> Self {
+        let (stop, written) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let (pool, config, topic) = (s.db.pool.clone(), s.config.clone(), s.topic.clone());
+        let (stopped, counted) = (stop.clone(), written.clone());
+        let task = tokio::spawn(async move {
+            let outbox = Outbox::new(&config);
+            let mut next = 0usize;
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            while !stopped.load(Ordering::SeqCst) {
+                tick.tick().await;
+                let events = (next..next + per_tick)
+                    .map(|n| event(&topic, &format!("key-{}", n % keys), (n / keys) as i64 + 1))
+                    .collect();
+                let mut conn = pool.get().await?;
+                let tx = conn.transaction().await?;
+                outbox.append_all(&tx, events).await?;
+                tx.commit().await?;
+                next += per_tick;
+                counted.store(next, Ordering::SeqCst);
+            }
+            Ok(())
+        });
+        Self {
+            stop,
+            written,
+            task,
+        }
+    }
+
+    async fn finish(self) -> anyhow::Result<usize> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await??;
+        Ok(self.written.load(Ordering::SeqCst))
+    }
+}
+
+/// Issue 20: Pub/Sub frozen for 30 s under load. Publishes time out against the broker, not
+/// against the rows: no attempt is counted (with `publish_max_attempts = 3` and a 4 s publish
+/// timeout, counting them would have killed rows several times over), nothing dies, the relay
+/// publishes at full rate again within 10 s of the thaw, and every event arrives with each
+/// key's versions first arriving in order.
+#[tokio::test]
+async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_nothing(
+) -> anyhow::Result<()> {
+    let s = setup(|c| c.relay.publish_max_attempts = 3).await?;
+    let subscription = s.pubsub.subscription(&s.topic).await?;
+    let collector = Collector::start(&s.pubsub, &subscription).await?;
+    let relay = spawn_relay(&s.config)?;
+    // 200 events/s over 100 keys.
+    let writer = Writer::start(&s, 100, 20);
+    wait_until(Duration::from_secs(30), "the relay publishing", || async {
+        relay.published() >= 500
+    })
+    .await?;
+
+    s.proxy.silent_for(Duration::from_secs(30)).await;
+    let thawed = Instant::now();
+    let timed_out = count(
+        &s.db,
+        "SELECT count(*) FROM courier.outbox WHERE last_error LIKE '%not acknowledged within%'",
+    )
+    .await?;
+    assert!(timed_out > 0, "the freeze made no publish time out");
+
+    // Full rate: within 10 s of the thaw, a second in which the relay published at least the
+    // write rate (the backlog of the freeze is waiting, so it could publish far more).
+    let mut samples: Vec<(Instant, u64)> = vec![(Instant::now(), relay.published())];
+    wait_until(
+        Duration::from_secs(10),
+        "full publish rate after the thaw",
+        || {
+            let now = (Instant::now(), relay.published());
+            samples.push(now);
+            let second_ago = samples
+                .iter()
+                .rev()
+                .find(|(at, _)| now.0.duration_since(*at) >= Duration::from_secs(1))
+                .copied();
+            async move { second_ago.is_some_and(|(_, then)| now.1 - then >= 200) }
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:?} after the thaw", thawed.elapsed()))?;
+
+    let written = writer.finish().await?;
+    wait_until(Duration::from_secs(60), "the backlog published", || async {
+        count(
+            &s.db,
+            "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
+        )
+        .await
+        .is_ok_and(|n| n == 0)
+    })
+    .await?;
+    let dead = count(
+        &s.db,
+        "SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL",
+    )
+    .await?;
+    let attempts = count(
+        &s.db,
+        "SELECT coalesce(max(publish_attempts), 0)::bigint FROM courier.outbox",
+    )
+    .await?;
+    // The publish that succeeded is the one attempt a row may have.
+    assert_eq!(
+        (dead, attempts),
+        (0, 1),
+        "(dead rows, most attempts counted)"
+    );
+
+    wait_until(Duration::from_secs(60), "every event delivered", || async {
+        collector.distinct_event_ids().len() >= written
+    })
+    .await?;
+    let first_arrivals = collector.first_arrivals();
+    let delivered: usize = first_arrivals.values().map(Vec::len).sum();
+    assert_eq!(delivered, written, "distinct (key, version) delivered");
+    for (key, versions) in first_arrivals {
+        let expected: Vec<i64> = (1..=versions.len() as i64).collect();
+        assert_eq!(versions, expected, "key {key} out of order");
+    }
+    Ok(())
+}
+
+/// Issue 20: the adaptive limit grows while Pub/Sub answers fast, shrinks when every
+/// acknowledgement is late, and grows back once the broker is fast again. A backlog of 40,000
+/// rows keeps the relay busy throughout; nothing reads the topic.
+#[tokio::test]
+async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyhow::Result<()> {
+    let s = setup(|c| {
+        c.relay.publish_limit_min = 20;
+        c.relay.publish_limit_max = 5_000;
+        c.relay.publish_latency_target_millis = 300;
+    })
+    .await?;
+    for chunk in 0..40 {
+        let events = (0..1_000)
+            .map(|i| event(&s.topic, &format!("key-{i}"), chunk + 1))
+            .collect();
+        let mut conn = s.db.pool.get().await?;
+        let tx = conn.transaction().await?;
+        Outbox::new(&s.config).append_all(&tx, events).await?;
+        tx.commit().await?;
+    }
+    let relay = spawn_relay(&s.config)?;
+    wait_until(
+        Duration::from_secs(30),
+        "the limit grown tenfold",
+        || async { relay.publish_limit().limit >= 200 },
+    )
+    .await?;
+    let grown = relay.publish_limit().limit;
+
+    let proxy = s.proxy.clone();
+    let slow = tokio::spawn(async move {
+        proxy
+            .slow_for(Duration::from_millis(600), Duration::from_secs(6))
+            .await
+    });
+    wait_until(
+        Duration::from_secs(6),
+        "the limit shrunk under latency",
+        || async { relay.publish_limit().limit <= grown / 2 },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:?}, grown to {grown}", relay.publish_limit()))?;
+    slow.await?;
+    let shrunk = relay.publish_limit().limit;
+
+    wait_until(Duration::from_secs(20), "the limit grown back", || async {
+        relay.publish_limit().limit >= (shrunk * 2).max(grown / 2)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: {:?}, shrunk to {shrunk}", relay.publish_limit()))?;
+    let pending = count(
+        &s.db,
+        "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
+    )
+    .await?;
+    assert!(
+        pending > 0,
+        "the backlog ran out before the limit was seen growing back"
+    );
+    Ok(())
+}
