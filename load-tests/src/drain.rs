@@ -23,7 +23,7 @@ use crate::fixtures::{
     events, fill, poll_until_done, progress, publish_bounded, set_shards_idle, warm_up_emulator,
     warm_up_note, WARM_UP_MAX_ROUNDS,
 };
-use crate::report::{Rate, Ratio, Report};
+use crate::report::{Goal, Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes;
 use courier::outbox::publisher::CLIENT_BATCH_DELAY;
@@ -42,7 +42,7 @@ pub struct DrainArgs {
     #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=5_000_000))]
     events: u64,
     /// Aggregates (ordering keys) they are spread over.
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=5_000_000))]
     keys: u64,
     /// Outbox shards (one claimer each).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -76,9 +76,20 @@ pub struct DrainArgs {
     /// the emulator or the machine falls on both alike.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10))]
     rounds: u32,
+    /// Measure no ceiling: only the relay's drain and this process's memory while it drains
+    /// (P7: with `--keys` equal to `--events` every row is an aggregate of its own, and the
+    /// memory must stay flat after warm-up).
+    #[arg(long, conflicts_with = "history")]
+    relay_only: bool,
 }
 
+/// With `--relay-only`, memory is compared after this share of the drain (warm-up).
+const MEMORY_WARM_UP: f64 = 0.2;
+
 pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
+    if args.relay_only {
+        return relay_memory(&args).await;
+    }
     let pubsub = TestPubSub::get().await?;
     let relay_topic = pubsub.topic("bench.relay").await?;
     let raw_topic = pubsub.topic("bench.raw").await?;
@@ -140,17 +151,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     let publish_cpu = meter.stop();
 
     let relay_db = TestDb::new().await?;
-    let mut config = courier::CourierConfig {
-        database: relay_db.config.clone(),
-        pubsub: pubsub.config(),
-        ..Default::default()
-    };
-    config.relay.shard_count = args.shards;
-    config.relay.claim_batch_size = args.batch;
-    if let Some(in_flight) = args.in_flight {
-        config.relay.max_in_flight_batches = in_flight;
-    }
-    config.database.pool_size = args.shards * 2 + 4;
+    let config = relay_config(&relay_db, &pubsub, &args);
     fill(&relay_db, &config, &events, "rows for the relay").await?;
     set_shards_idle(&relay_db, args.shards, true).await?;
     let meter = CpuMeter::start(&pubsub.host);
@@ -246,6 +247,104 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         rates: report_rates,
         ratios,
         notes,
+        ..Default::default()
+    })
+}
+
+/// The relay's config: deployment defaults with the benchmark's shards, batch and in-flight.
+fn relay_config(db: &TestDb, pubsub: &TestPubSub, args: &DrainArgs) -> courier::CourierConfig {
+    let mut config = courier::CourierConfig {
+        database: db.config.clone(),
+        pubsub: pubsub.config(),
+        ..Default::default()
+    };
+    config.relay.shard_count = args.shards;
+    config.relay.claim_batch_size = args.batch;
+    if let Some(in_flight) = args.in_flight {
+        config.relay.max_in_flight_batches = in_flight;
+    }
+    config.database.pool_size = args.shards * 2 + 4;
+    config
+}
+
+/// `--relay-only`: the relay drains the filled outbox while this process's resident memory
+/// is sampled every 250 ms. The events are dropped before the relay starts, so what the
+/// process holds beyond its pools is the relay's. Memory drift is the soak's: the mean of the
+/// drain's last tenth against the first tenth after warm-up (the first 20 %), goal ±10 %.
+async fn relay_memory(args: &DrainArgs) -> anyhow::Result<Report> {
+    let pubsub = TestPubSub::get().await?;
+    let topic = pubsub.topic("bench.relay").await?;
+    let relay_db = TestDb::new().await?;
+    let config = relay_config(&relay_db, &pubsub, args);
+    {
+        let events = events(&topic, args.events, args.keys);
+        fill(&relay_db, &config, &events, "rows for the relay").await?;
+    }
+    set_shards_idle(&relay_db, args.shards, true).await?;
+    let own_rss = || crate::processes::read_process(std::process::id()).map_or(0, |r| r.rss_bytes);
+    let before = own_rss();
+    let started = Instant::now();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(async move {
+        let mut samples: Vec<(f64, u64)> = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => samples.push((started.elapsed().as_secs_f64(), own_rss())),
+                _ = stopped.changed() => return samples,
+            }
+        }
+    });
+    let meter = CpuMeter::start(&pubsub.host);
+    let relay = relay_drain(&relay_db, &config, args.events, args.timeout_secs).await;
+    let relay_cpu = meter.stop();
+    let _ = stop.send(true);
+    let samples = sampler.await?;
+    let relay = relay?;
+    let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
+    let mean = |from: f64, to: f64| {
+        let values: Vec<f64> = samples
+            .iter()
+            .filter(|(t, _)| *t >= from && *t <= to)
+            .map(|(_, rss)| *rss as f64)
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    let (from, to) = (relay.seconds * MEMORY_WARM_UP, relay.seconds);
+    let tenth = (to - from) / 10.0;
+    let goal = match (mean(from, from + tenth), mean(to - tenth, to)) {
+        (Some(first), Some(last)) if first > 0.0 => Goal {
+            name: "process RSS drift while the relay drains, after warm-up".into(),
+            value: format!(
+                "{:+.1} % ({:.0} → {:.0} MiB; {:.0} MiB before the relay started)",
+                (last / first - 1.0) * 100.0,
+                mib(first),
+                mib(last),
+                mib(before as f64)
+            ),
+            goal: "±10 %".into(),
+            met: (last / first - 1.0).abs() <= 0.10,
+        },
+        _ => anyhow::bail!(
+            "the drain was too short to sample memory ({:.1} s)",
+            relay.seconds
+        ),
+    };
+    let peak = samples.iter().map(|(_, rss)| *rss).max().unwrap_or(0);
+    Ok(Report {
+        benchmark: "drain --relay-only: the relay's drain and this process's memory".into(),
+        parameters: vec![
+            ("events".into(), args.events.to_string()),
+            ("keys".into(), args.keys.to_string()),
+            ("shards".into(), args.shards.to_string()),
+            ("batch".into(), args.batch.to_string()),
+        ],
+        rates: vec![relay],
+        goals: vec![goal],
+        notes: vec![
+            relay_cpu.describe("relay drain", args.events),
+            format!("peak RSS {:.0} MiB", mib(peak as f64)),
+        ],
         ..Default::default()
     })
 }

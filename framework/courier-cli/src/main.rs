@@ -4,6 +4,13 @@ use clap::Parser;
 use courier_cli::Cli;
 use std::process::ExitCode;
 
+/// mimalloc, as in the benchmarks: the relay allocates rows on its actor thread and the Pub/Sub
+/// client frees them on others; with glibc's malloc that cost a quarter of the actor thread
+/// (`courier-load drain`), and fragmentation grew the process with every 25,000 new ordering
+/// keys (`tests/distinct_keys.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     courier::telemetry::init_logging(cli.log_json, cli.default_log_level());

@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The two tests measure rates and latencies: run them one at a time, so neither's drain
+/// takes the CPU the other's relay is being judged on.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Setup {
     db: TestDb,
     pubsub: TestPubSub,
@@ -122,6 +126,7 @@ impl Writer {
 #[tokio::test]
 async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_nothing(
 ) -> anyhow::Result<()> {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let s = setup(|c| c.relay.publish_max_attempts = 3).await?;
     let subscription = s.pubsub.subscription(&s.topic).await?;
     let collector = Collector::start(&s.pubsub, &subscription).await?;
@@ -208,6 +213,7 @@ async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_no
 /// rows keeps the relay busy throughout; nothing reads the topic.
 #[tokio::test]
 async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyhow::Result<()> {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let s = setup(|c| {
         c.relay.publish_limit_min = 20;
         c.relay.publish_limit_max = 5_000;

@@ -148,43 +148,6 @@ fn spawn(config: &CourierConfig, options: RelayOptions) -> anyhow::Result<RelayH
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// P7, memory bounded by what is in flight and not by the ordering keys ever published:
-/// 30,000 events, each of its own aggregate, to a topic nothing reads (the emulator degrades
-/// with that many keys on a subscription being read). Every key needs a key publisher and the
-/// client's per-key state; once drained and idle, all key publishers have passivated and of
-/// the 30 topic clients the keys needed, only the current one is left (each held the crate's
-/// state of its 1,000 keys; google-cloud-rust #6723).
-#[tokio::test]
-async fn thirty_thousand_distinct_keys_leave_no_publisher_state_behind() -> anyhow::Result<()> {
-    courier_testkit::init_logging();
-    let db = TestDb::new().await?;
-    let pubsub = TestPubSub::get().await?;
-    let topic = pubsub.topic("distinct-keys").await?;
-    let mut config = test_config(&db, &pubsub);
-    config.relay.publisher_idle_secs = 1;
-    const EVENTS: usize = 30_000;
-    for chunk in 0..EVENTS / 1_000 {
-        let events = (0..1_000)
-            .map(|i| event(&topic, &format!("video-{chunk}-{i}"), 1))
-            .collect();
-        commit(&db, &config, events).await?;
-    }
-    let relay = spawn(&config, options())?;
-    wait_until(Duration::from_secs(120), "30,000 events published", || {
-        all_published(&db)
-    })
-    .await?;
-    assert_eq!(relay.published(), EVENTS as u64);
-    wait_until(
-        WAIT,
-        "key publishers and old topic clients gone",
-        || async { relay.live_publishers() == (0, 1) },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}: (live, clients) = {:?}", relay.live_publishers()))?;
-    Ok(())
-}
-
 #[tokio::test]
 async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do(
 ) -> anyhow::Result<()> {

@@ -1,5 +1,12 @@
 //! `catalog serve | migrate | provision | rebuild | backfill` — see `catalog --help`.
 
+/// mimalloc, as in the benchmarks: the relay allocates rows on its actor thread and the Pub/Sub
+/// client frees them on others; with glibc's malloc that cost a quarter of the actor thread
+/// (`courier-load drain`), and fragmentation grew the process with every 25,000 new ordering
+/// keys (`tests/distinct_keys.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     courier::service::cli::main(courier_catalog::service)
 }
