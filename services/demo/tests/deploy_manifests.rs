@@ -234,6 +234,10 @@ fn the_dashboard_uses_only_metrics_the_framework_exports() {
         m::OUTBOX_CLAIM_BATCH_SIZE,
         m::OUTBOX_OWNED_SHARDS,
         m::LIVE_PUBLISHERS,
+        m::RELAY_PUBLISH_LIMIT,
+        m::RELAY_PUBLISHES_IN_FLIGHT,
+        m::RELAY_CONGESTION_TOTAL,
+        m::OUTBOX_BROKER_FAILURES_TOTAL,
         m::PROJECTION_PROCESS_SUCCESS_TOTAL,
         m::PROJECTION_PROCESS_ERROR_TOTAL,
         m::PROJECTION_PROCESS_LATENCY,
@@ -290,6 +294,8 @@ fn the_dashboard_uses_only_metrics_the_framework_exports() {
         m::OUTBOX_PENDING_COUNT,
         m::OUTBOX_PUBLISH_LATENCY,
         m::PROJECTION_PROCESS_LATENCY,
+        m::RELAY_PUBLISH_LIMIT,
+        m::OUTBOX_BROKER_FAILURES_TOTAL,
     ] {
         assert!(used.contains(name), "dashboard does not chart {name}");
     }
