@@ -28,9 +28,11 @@ pub const OUTBOX_CLAIM_BATCH_SIZE: &str = "courier_outbox_claim_batch_size";
 pub const OUTBOX_OWNED_SHARDS: &str = "courier_outbox_owned_shards";
 /// Live per-key publisher actors (gauge).
 pub const LIVE_PUBLISHERS: &str = "courier_live_publishers";
-/// The relay's adaptive limit on publishes in flight (gauge; see `outbox::publish_limit`).
+/// The relay's adaptive limit on publishes in flight (gauge, set with each heartbeat; see
+/// `outbox::publish_limit`).
 pub const RELAY_PUBLISH_LIMIT: &str = "courier_relay_publish_limit";
-/// Rows handed to Pub/Sub and not settled yet, across the relay (gauge).
+/// Rows handed to Pub/Sub and not settled yet, across the relay (gauge, set with each
+/// heartbeat).
 pub const RELAY_PUBLISHES_IN_FLIGHT: &str = "courier_relay_publishes_in_flight";
 /// Times the limit shrank, by `signal` (`slow_ack`, `broker_failure`) (counter).
 pub const RELAY_CONGESTION_TOTAL: &str = "courier_relay_congestion_total";

@@ -59,6 +59,15 @@ pub struct LimitSnapshot {
     pub latency_ms: f64,
 }
 
+impl LimitSnapshot {
+    /// Sets the limit's gauges. Done with each heartbeat, not on every permit and
+    /// acknowledgement: those run per row on the relay's hot path.
+    pub fn publish_gauges(&self) {
+        metrics::gauge!(crate::metrics::RELAY_PUBLISH_LIMIT).set(self.limit as f64);
+        metrics::gauge!(crate::metrics::RELAY_PUBLISHES_IN_FLIGHT).set(self.in_flight as f64);
+    }
+}
+
 #[derive(Debug)]
 struct State {
     limit: f64,
@@ -93,7 +102,7 @@ impl PublishLimit {
                 latency_ms: 0.0,
             }),
         });
-        limit.publish_gauges(&limit.state());
+        limit.snapshot().publish_gauges();
         limit
     }
 
@@ -113,7 +122,6 @@ impl PublishLimit {
         let room = (state.limit as usize).saturating_sub(state.in_flight);
         let count = wanted.min(room);
         state.in_flight += count;
-        self.publish_gauges(&state);
         Permits {
             limit: Some(self.clone()),
             count,
@@ -123,7 +131,6 @@ impl PublishLimit {
     fn release(&self, count: usize) {
         let mut state = self.state();
         state.in_flight = state.in_flight.saturating_sub(count);
-        self.publish_gauges(&state);
     }
 
     /// A publish was acknowledged after `latency`.
@@ -143,7 +150,6 @@ impl PublishLimit {
             // Grow only while the limit is what holds the relay back.
             state.limit = (state.limit + 1.0).min(self.settings.max as f64);
         }
-        self.publish_gauges(&state);
     }
 
     /// The broker failed a publish or did not answer in time.
@@ -151,7 +157,6 @@ impl PublishLimit {
         let mut state = self.state();
         state.broker_failures_in_a_row = state.broker_failures_in_a_row.saturating_add(1);
         self.shrink(&mut state, Congestion::BrokerFailure);
-        self.publish_gauges(&state);
     }
 
     fn shrink(&self, state: &mut State, signal: Congestion) {
@@ -182,11 +187,6 @@ impl PublishLimit {
             in_flight: state.in_flight,
             latency_ms: state.latency_ms,
         }
-    }
-
-    fn publish_gauges(&self, state: &State) {
-        metrics::gauge!(crate::metrics::RELAY_PUBLISH_LIMIT).set(state.limit.floor());
-        metrics::gauge!(crate::metrics::RELAY_PUBLISHES_IN_FLIGHT).set(state.in_flight as f64);
     }
 }
 

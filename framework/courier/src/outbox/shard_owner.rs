@@ -149,6 +149,7 @@ impl ShardOwner {
         let namespace = self.lock_namespace;
         let shutting_down = self.shutting_down;
         let limit = self.parts.publishers.limit().snapshot();
+        limit.publish_gauges();
         let order = shard_order(instance, shard_count);
         ctx.spawn(
             async move {
