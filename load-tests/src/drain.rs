@@ -23,6 +23,7 @@ use crate::fixtures::{
     events, fill, poll_until_done, progress, publish_bounded, set_shards_idle, warm_up_emulator,
     warm_up_note, WARM_UP_MAX_ROUNDS,
 };
+use crate::pipeline::MEMORY_DRIFT_LIMIT;
 use crate::report::{Goal, Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::attributes;
@@ -270,7 +271,8 @@ fn relay_config(db: &TestDb, pubsub: &TestPubSub, args: &DrainArgs) -> courier::
 /// `--relay-only`: the relay drains the filled outbox while this process's resident memory
 /// is sampled every 250 ms. The events are dropped before the relay starts, so what the
 /// process holds beyond its pools is the relay's. Memory drift is the soak's: the mean of the
-/// drain's last tenth against the first tenth after warm-up (the first 20 %), goal ±10 %.
+/// drain's last tenth against the first tenth after warm-up (the first 20 %), held to the
+/// soak's limit.
 async fn relay_memory(args: &DrainArgs) -> anyhow::Result<Report> {
     let pubsub = TestPubSub::get().await?;
     let topic = pubsub.topic("bench.relay").await?;
@@ -302,18 +304,10 @@ async fn relay_memory(args: &DrainArgs) -> anyhow::Result<Report> {
     let samples = sampler.await?;
     let relay = relay?;
     let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
-    let mean = |from: f64, to: f64| {
-        let values: Vec<f64> = samples
-            .iter()
-            .filter(|(t, _)| *t >= from && *t <= to)
-            .map(|(_, rss)| *rss as f64)
-            .collect();
-        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-    };
+    let points: Vec<(f64, f64)> = samples.iter().map(|(t, rss)| (*t, *rss as f64)).collect();
     let (from, to) = (relay.seconds * MEMORY_WARM_UP, relay.seconds);
-    let tenth = (to - from) / 10.0;
-    let goal = match (mean(from, from + tenth), mean(to - tenth, to)) {
-        (Some(first), Some(last)) if first > 0.0 => Goal {
+    let goal = match crate::drive::first_and_last_tenth(&points, from, to) {
+        Some((first, last)) => Goal {
             name: "process RSS drift while the relay drains, after warm-up".into(),
             value: format!(
                 "{:+.1} % ({:.0} → {:.0} MiB; {:.0} MiB before the relay started)",
@@ -322,10 +316,10 @@ async fn relay_memory(args: &DrainArgs) -> anyhow::Result<Report> {
                 mib(last),
                 mib(before as f64)
             ),
-            goal: "±10 %".into(),
-            met: (last / first - 1.0).abs() <= 0.10,
+            goal: format!("within ±{:.0} %", MEMORY_DRIFT_LIMIT * 100.0),
+            met: (last / first - 1.0).abs() <= MEMORY_DRIFT_LIMIT,
         },
-        _ => anyhow::bail!(
+        None => anyhow::bail!(
             "the drain was too short to sample memory ({:.1} s)",
             relay.seconds
         ),

@@ -450,25 +450,38 @@ pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)>
 /// Per process: `(label, drift, first, last)` where `first` and `last` are the mean RSS of
 /// the first and last tenth of `[from, to]` and `drift = last / first − 1`.
 pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64, f64, f64)> {
-    let tenth = (to - from) / 10.0;
     let labels = process_labels(samples);
     labels
         .into_iter()
         .filter_map(|label| {
-            let mean = |a: f64, b: f64| {
-                let values: Vec<f64> = samples
-                    .iter()
-                    .filter(|s| s.t >= a && s.t <= b)
-                    .filter_map(|s| s.processes.iter().find(|(l, _)| l == label))
-                    .map(|(_, r)| r.rss_bytes as f64)
-                    .collect();
-                (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-            };
-            let first = mean(from, from + tenth).filter(|rss| *rss > 0.0)?;
-            let last = mean(to - tenth, to)?;
+            let points: Vec<(f64, f64)> = samples
+                .iter()
+                .filter_map(|s| {
+                    let (_, r) = s.processes.iter().find(|(l, _)| l == label)?;
+                    Some((s.t, r.rss_bytes as f64))
+                })
+                .collect();
+            let (first, last) = first_and_last_tenth(&points, from, to)?;
             Some((label.clone(), last / first - 1.0, first, last))
         })
         .collect()
+}
+
+/// The means of the `(t, value)` points in the first and the last tenth of `[from, to]`;
+/// `None` when either tenth has no point or the first mean is not positive (no drift can be
+/// computed against it).
+pub fn first_and_last_tenth(points: &[(f64, f64)], from: f64, to: f64) -> Option<(f64, f64)> {
+    let tenth = (to - from) / 10.0;
+    let mean = |a: f64, b: f64| {
+        let values: Vec<f64> = points
+            .iter()
+            .filter(|(t, _)| *t >= a && *t <= b)
+            .map(|(_, v)| *v)
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    let first = mean(from, from + tenth).filter(|v| *v > 0.0)?;
+    Some((first, mean(to - tenth, to)?))
 }
 
 #[cfg(test)]

@@ -330,7 +330,7 @@ impl Pipeline {
 pub const WARM_UP_SHARE: f64 = 0.2;
 
 /// The framework's processes may drift this much in memory after warm-up (P7).
-const MEMORY_DRIFT_LIMIT: f64 = 0.10;
+pub const MEMORY_DRIFT_LIMIT: f64 = 0.10;
 
 /// Progress stalled this long means it will not resume (a dead-lettered event never arrives;
 /// the emulator's subscription can break, see `chaos`).

@@ -39,8 +39,7 @@ async fn json(db: &TestDb, args: &[&str]) -> Value {
 }
 
 async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    let conn = db.pool.get().await.expect("connection");
-    conn.query_one(sql, &[]).await.expect(sql).get(0)
+    db.scalar(sql).await.expect(sql)
 }
 
 #[tokio::test]

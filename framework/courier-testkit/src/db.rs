@@ -110,6 +110,21 @@ impl TestDb {
         }
     }
 
+    /// The value of a query returning one `bigint` (a count, an attempt number), on a pooled
+    /// connection.
+    pub async fn scalar(&self, sql: &str) -> anyhow::Result<i64> {
+        let conn = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| anyhow::anyhow!("a connection to {}: {e}", self.name))?;
+        let row = conn
+            .query_one(sql, &[])
+            .await
+            .with_context(|| sql.to_string())?;
+        Ok(row.try_get(0)?)
+    }
+
     /// A new connection to the test database (outside the pool).
     pub async fn client(&self) -> anyhow::Result<tokio_postgres::Client> {
         let (client, connection) = self

@@ -40,6 +40,19 @@ pub fn test_config(db: &TestDb, pubsub: &TestPubSub) -> CourierConfig {
     config
 }
 
+/// An event of aggregate `key` at `version` on `topic`, whose payload names both
+/// (`"<key>:<version>"`).
+pub fn keyed_event(topic: &str, key: &str, version: i64) -> courier::outbox::NewEvent {
+    courier::outbox::NewEvent::new(
+        topic,
+        "video",
+        key,
+        "VideoChanged",
+        version,
+        format!("{key}:{version}").into_bytes(),
+    )
+}
+
 /// A name no other test uses: `<prefix>-<12 hex digits>`, valid as a topic or subscription id.
 pub fn unique_name(prefix: &str) -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();

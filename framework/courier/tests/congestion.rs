@@ -2,9 +2,11 @@
 //! emulator behind a TCP proxy (`courier_testkit::BrokerProxy`) that delays or holds the relay's
 //! traffic, as a congested or stalled Pub/Sub does. Subscribers read the emulator directly.
 
-use courier::outbox::{NewEvent, Outbox, Relay, RelayHandle, RelayOptions};
+use courier::outbox::{Outbox, Relay, RelayHandle, RelayOptions};
 use courier::CourierConfig;
-use courier_testkit::{test_config, wait_until, BrokerProxy, Collector, TestDb, TestPubSub};
+use courier_testkit::{
+    keyed_event, test_config, wait_until, BrokerProxy, Collector, TestDb, TestPubSub,
+};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,17 +46,6 @@ async fn setup(tweak: impl FnOnce(&mut CourierConfig)) -> anyhow::Result<Setup> 
     })
 }
 
-fn event(topic: &str, key: &str, version: i64) -> NewEvent {
-    NewEvent::new(
-        topic,
-        "video",
-        key,
-        "VideoChanged",
-        version,
-        format!("{key}:{version}").into_bytes(),
-    )
-}
-
 fn spawn_relay(config: &CourierConfig) -> anyhow::Result<RelayHandle> {
     Ok(Relay::spawn(
         config,
@@ -64,10 +55,6 @@ fn spawn_relay(config: &CourierConfig) -> anyhow::Result<RelayHandle> {
             ..RelayOptions::default()
         },
     )?)
-}
-
-async fn count(db: &TestDb, sql: &str) -> anyhow::Result<i64> {
-    Ok(db.client().await?.query_one(sql, &[]).await?.get(0))
 }
 
 /// Appends `per_tick` events every 100 ms across `keys` keys (each key's versions in order)
@@ -93,7 +80,9 @@ impl Writer {
             while !stopped.load(Ordering::SeqCst) {
                 tick.tick().await;
                 let events = (next..next + per_tick)
-                    .map(|n| event(&topic, &format!("key-{}", n % keys), (n / keys) as i64 + 1))
+                    .map(|n| {
+                        keyed_event(&topic, &format!("key-{}", n % keys), (n / keys) as i64 + 1)
+                    })
                     .collect();
                 let mut conn = pool.get().await?;
                 let tx = conn.transaction().await?;
@@ -140,11 +129,11 @@ async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_no
 
     s.proxy.silent_for(Duration::from_secs(30)).await;
     let thawed = Instant::now();
-    let timed_out = count(
-        &s.db,
-        "SELECT count(*) FROM courier.outbox WHERE last_error LIKE '%not acknowledged within%'",
-    )
-    .await?;
+    let timed_out =
+        s.db.scalar(
+            "SELECT count(*) FROM courier.outbox WHERE last_error LIKE '%not acknowledged within%'",
+        )
+        .await?;
     assert!(timed_out > 0, "the freeze made no publish time out");
 
     // Full rate: within 10 s of the thaw, a second in which the relay published at least the
@@ -169,24 +158,17 @@ async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_no
 
     let written = writer.finish().await?;
     wait_until(Duration::from_secs(60), "the backlog published", || async {
-        count(
-            &s.db,
-            "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
-        )
-        .await
-        .is_ok_and(|n| n == 0)
+        s.db.scalar("SELECT count(*) FROM courier.outbox WHERE published_at IS NULL")
+            .await
+            .is_ok_and(|n| n == 0)
     })
     .await?;
-    let dead = count(
-        &s.db,
-        "SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL",
-    )
-    .await?;
-    let attempts = count(
-        &s.db,
-        "SELECT coalesce(max(publish_attempts), 0)::bigint FROM courier.outbox",
-    )
-    .await?;
+    let dead =
+        s.db.scalar("SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL")
+            .await?;
+    let attempts =
+        s.db.scalar("SELECT coalesce(max(publish_attempts), 0)::bigint FROM courier.outbox")
+            .await?;
     // The publish that succeeded is the one attempt a row may have.
     assert_eq!(
         (dead, attempts),
@@ -222,7 +204,7 @@ async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyh
     .await?;
     for chunk in 0..40 {
         let events = (0..1_000)
-            .map(|i| event(&s.topic, &format!("key-{i}"), chunk + 1))
+            .map(|i| keyed_event(&s.topic, &format!("key-{i}"), chunk + 1))
             .collect();
         let mut conn = s.db.pool.get().await?;
         let tx = conn.transaction().await?;
@@ -259,11 +241,9 @@ async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyh
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}: {:?}, shrunk to {shrunk}", relay.publish_limit()))?;
-    let pending = count(
-        &s.db,
-        "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
-    )
-    .await?;
+    let pending =
+        s.db.scalar("SELECT count(*) FROM courier.outbox WHERE published_at IS NULL")
+            .await?;
     assert!(
         pending > 0,
         "the backlog ran out before the limit was seen growing back"

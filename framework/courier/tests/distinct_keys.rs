@@ -35,10 +35,6 @@ fn rss_kib() -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("no VmRSS line in /proc/self/status"))
 }
 
-async fn count(db: &TestDb, sql: &str) -> anyhow::Result<i64> {
-    Ok(db.client().await?.query_one(sql, &[]).await?.get(0))
-}
-
 /// 100,000 events, each of its own aggregate, in four rounds of 25,000, to a topic nothing
 /// reads (the emulator degrades with that many keys on a subscription being read). After each
 /// round is published and idle, every key publisher has passivated and of the topic clients
@@ -78,12 +74,9 @@ async fn a_hundred_thousand_distinct_keys_leave_no_state_and_no_memory_behind() 
             tx.commit().await?;
         }
         wait_until(Duration::from_secs(180), "the round published", || async {
-            count(
-                &db,
-                "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
-            )
-            .await
-            .is_ok_and(|n| n == 0)
+            db.scalar("SELECT count(*) FROM courier.outbox WHERE published_at IS NULL")
+                .await
+                .is_ok_and(|n| n == 0)
         })
         .await?;
         wait_until(

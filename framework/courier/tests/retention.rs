@@ -9,14 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    db.pool
-        .get()
-        .await
-        .expect("connection")
-        .query_one(sql, &[])
-        .await
-        .expect(sql)
-        .get(0)
+    db.scalar(sql).await.expect(sql)
 }
 
 /// 25 rows published 8 days ago, 5 published now, 3 dead for 8 days, 2 pending; 30 inbox

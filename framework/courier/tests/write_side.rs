@@ -5,6 +5,7 @@ use courier::migrate::{migrate, COURIER};
 use courier::outbox::{AppendError, NewEvent, Outbox, Relay, RelayHandle, RelayOptions};
 use courier::supervision::{Escalation, EscalationHandler};
 use courier::CourierConfig;
+use courier_testkit::keyed_event as event;
 use courier_testkit::{test_config, wait_until, Collector, TestDb, TestPubSub};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -70,17 +71,6 @@ fn options() -> RelayOptions {
     }
 }
 
-fn event(topic: &str, key: &str, version: i64) -> NewEvent {
-    NewEvent::new(
-        topic,
-        "video",
-        key,
-        "VideoChanged",
-        version,
-        format!("{key}:{version}").into_bytes(),
-    )
-}
-
 /// Appends `events` in one committed transaction.
 async fn commit(db: &TestDb, config: &CourierConfig, events: Vec<NewEvent>) -> anyhow::Result<()> {
     let mut conn = db.pool.get().await?;
@@ -90,15 +80,9 @@ async fn commit(db: &TestDb, config: &CourierConfig, events: Vec<NewEvent>) -> a
     Ok(())
 }
 
+/// `-1` when the query fails (inside polls).
 async fn count(db: &TestDb, sql: &str) -> i64 {
-    match db.pool.get().await {
-        Ok(conn) => conn
-            .query_one(sql, &[])
-            .await
-            .map(|r| r.get(0))
-            .unwrap_or(-1),
-        Err(_) => -1,
-    }
+    db.scalar(sql).await.unwrap_or(-1)
 }
 
 async fn all_published(db: &TestDb) -> bool {
