@@ -40,7 +40,7 @@ fn rss_kib() -> anyhow::Result<u64> {
 /// round is published and idle, every key publisher has passivated and of the topic clients
 /// (generations of 1,000 keys, each holding the crate's state of its keys, google-cloud-rust
 /// #6723) only the current one is left; and the process's memory after the last round is
-/// within 10 % of what it was after the first (before the fix: ~22 KB more per key).
+/// within 10 % of what it was after the second (before the fix: ~22 KB more per key).
 #[tokio::test]
 async fn a_hundred_thousand_distinct_keys_leave_no_state_and_no_memory_behind() -> anyhow::Result<()>
 {
@@ -90,12 +90,15 @@ async fn a_hundred_thousand_distinct_keys_leave_no_state_and_no_memory_behind() 
         tracing::info!(round, rss_kib = rss[round], "round published and idle");
     }
     assert_eq!(relay.published(), (rounds * KEYS_PER_ROUND) as u64);
-    // The first round is warm-up (pools, runtimes, the first generations' buffers).
-    let (first, last) = (rss[0] as f64, rss[rounds - 1] as f64);
+    // The first two rounds are warm-up (pools, runtimes, the allocator's pages): after the
+    // first alone the process measured 166 MiB, after the second 220, then 188 and 186, so a
+    // reference taken after one round failed one run in four without any growth.
+    let (first, last) = (rss[1] as f64, rss[rounds - 1] as f64);
     assert!(
         last <= first * 1.10,
-        "RSS after each round (KiB): {rss:?}: +{:.0} % over 75,000 more keys",
-        (last / first - 1.0) * 100.0
+        "RSS after each round (KiB): {rss:?}: +{:.0} % over {} more keys",
+        (last / first - 1.0) * 100.0,
+        (rounds - 2) * KEYS_PER_ROUND
     );
     Ok(())
 }
