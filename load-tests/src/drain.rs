@@ -26,7 +26,6 @@ use crate::fixtures::{
 use crate::pipeline::MEMORY_DRIFT_LIMIT;
 use crate::report::{Goal, Rate, Ratio, Report};
 use anyhow::Context as _;
-use courier::outbox::attributes;
 use courier::outbox::publisher::CLIENT_BATCH_DELAY;
 use courier::outbox::store::OutboxStore;
 use courier::outbox::{NewEvent, Relay, RelayOptions};
@@ -588,7 +587,7 @@ fn messages(events: &[NewEvent]) -> impl Iterator<Item = Message> + '_ {
         Message::new()
             .set_data(e.payload.clone())
             .set_ordering_key(e.aggregate_id.clone())
-            .set_attributes(attributes::for_event(e))
+            .set_attributes(e.attributes())
     })
 }
 

@@ -32,6 +32,18 @@ impl Backoff {
         self.delay_with(attempt, &mut rand::thread_rng())
     }
 
+    /// An equal-jitter delay for `attempt`: uniform in `[ceiling/2, ceiling]`. Retries still
+    /// spread apart, and `retries` of them are sure to span [`Backoff::least_total`].
+    pub fn spread_delay(&self, attempt: u32) -> Duration {
+        let half = self.ceiling(attempt) / 2;
+        half + Backoff::new(half, half).delay(0)
+    }
+
+    /// The shortest time `retries` equal-jitter delays can add up to.
+    pub fn least_total(&self, retries: u32) -> Duration {
+        (0..retries).map(|a| self.ceiling(a) / 2).sum()
+    }
+
     /// Like [`Backoff::delay`] with a caller-supplied random source (deterministic in tests).
     pub fn delay_with(&self, attempt: u32, rng: &mut impl Rng) -> Duration {
         let ceiling = self.ceiling(attempt);
@@ -54,6 +66,20 @@ mod tests {
             vec![250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]
         );
         assert_eq!(b.ceiling(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn spread_delay_keeps_at_least_half_the_ceiling() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        for attempt in 0..12 {
+            let d = b.spread_delay(attempt);
+            assert!(
+                d >= b.ceiling(attempt) / 2 && d <= b.ceiling(attempt),
+                "{attempt}: {d:?}"
+            );
+        }
+        // 50 + 100 + 200 + 400 ms
+        assert_eq!(b.least_total(4), Duration::from_millis(750));
     }
 
     #[test]

@@ -228,7 +228,24 @@ pub struct ConsumerConfig {
     pub lease_extension_secs: u64,
     /// Deliveries of one message before a transient failure is dead-lettered too; keep it at
     /// or below the subscription's dead-letter policy, so the framework adds the reason first.
+    /// Each delivery first spends `transient_retries` in place, so a lock or a serialization
+    /// conflict must outlast about `max_delivery_attempts` × the retry window to dead-letter.
     pub max_delivery_attempts: u32,
+    /// Retries in place of a projection transaction that failed transiently (lock timeout,
+    /// serialization failure, deadlock, a handler's `Transient`), before the delivery is given
+    /// back to Pub/Sub. The events stay held (the client extends their leases) and the key's
+    /// later events wait behind them, so a retry spends no delivery attempt and moves no event.
+    pub transient_retries: u32,
+    /// Backoff between those retries: the n-th waits between half and all of
+    /// `min(cap, first * 2^n)` (equal jitter: spread apart, yet a sure minimum window). The
+    /// defaults (10 retries, 100 ms, 10 s) hold a delivery for 21–43 s.
+    pub transient_backoff_first_millis: u64,
+    pub transient_backoff_cap_millis: u64,
+    /// How long a key whose event was given back to Pub/Sub (nacked) holds its later events
+    /// waiting for that event's redelivery. Longer than the subscription's retry backoff
+    /// (10–600 s); past it the key goes on (the event was dead-lettered elsewhere) with a
+    /// warning.
+    pub gate_timeout_secs: u64,
     /// Events of one aggregate applied in one transaction when several are waiting (1 = one
     /// transaction per event).
     pub max_events_per_transaction: u32,
@@ -257,6 +274,14 @@ pub enum StartFrom {
 }
 
 impl ConsumerConfig {
+    /// The schedule of in-place retries after a transient failure.
+    pub fn transient_backoff(&self) -> crate::backoff::Backoff {
+        crate::backoff::Backoff::new(
+            std::time::Duration::from_millis(self.transient_backoff_first_millis),
+            std::time::Duration::from_millis(self.transient_backoff_cap_millis),
+        )
+    }
+
     pub fn start_from(&self) -> Result<StartFrom, String> {
         match self.start_from.as_str() {
             "subscription" => Ok(StartFrom::Subscription),
@@ -279,6 +304,10 @@ impl Default for ConsumerConfig {
             max_outstanding_bytes: 100 * 1024 * 1024,
             lease_extension_secs: 60,
             max_delivery_attempts: 5,
+            transient_retries: 10,
+            transient_backoff_first_millis: 100,
+            transient_backoff_cap_millis: 10_000,
+            gate_timeout_secs: 900,
             max_events_per_transaction: 50,
             max_live_projectors: 10_000,
             projector_idle_secs: 30,
@@ -519,6 +548,27 @@ impl CourierConfig {
                 "must be between 1 and 100",
             );
         }
+        if c.transient_retries > 100 {
+            return invalid("consumer.transient_retries", "must be at most 100");
+        }
+        if !(1..=60_000).contains(&c.transient_backoff_first_millis) {
+            return invalid(
+                "consumer.transient_backoff_first_millis",
+                "must be between 1 and 60000",
+            );
+        }
+        if !(c.transient_backoff_first_millis..=600_000).contains(&c.transient_backoff_cap_millis) {
+            return invalid(
+                "consumer.transient_backoff_cap_millis",
+                "must be between transient_backoff_first_millis and 600000",
+            );
+        }
+        if !(1..=3600).contains(&c.gate_timeout_secs) {
+            return invalid(
+                "consumer.gate_timeout_secs",
+                "must be between 1 and 3600 (the client holds a message at most an hour)",
+            );
+        }
         if !(1..=1000).contains(&c.max_events_per_transaction) {
             return invalid(
                 "consumer.max_events_per_transaction",
@@ -648,6 +698,16 @@ mod tests {
     }
 
     #[test]
+    fn default_transient_retries_outlast_a_thirty_second_lock() {
+        let c = ConsumerConfig::default();
+        let one_delivery = c.transient_backoff().least_total(c.transient_retries);
+        assert!(one_delivery >= Duration::from_secs(20), "{one_delivery:?}");
+        // Before a dead letter: every delivery's retries, not counting lock waits or
+        // Pub/Sub's own redelivery backoff.
+        assert!(one_delivery * c.max_delivery_attempts >= Duration::from_secs(60));
+    }
+
+    #[test]
     fn env_overrides_file_and_emulator_host_is_honoured() {
         let config = CourierConfig::from_toml_and_env(
             "[relay]\nshard_count = 4\n",
@@ -704,6 +764,11 @@ mod tests {
                 "[consumer]\nstart_from = \"yesterday\"\n",
                 "consumer.start_from",
             ),
+            (
+                "[consumer]\ntransient_backoff_first_millis = 500\ntransient_backoff_cap_millis = 100\n",
+                "consumer.transient_backoff_cap_millis",
+            ),
+            ("[consumer]\ngate_timeout_secs = 0\n", "consumer.gate_timeout_secs"),
         ] {
             let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);
             assert!(

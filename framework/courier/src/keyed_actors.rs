@@ -36,6 +36,13 @@ impl Queued {
         self.depth.increment(n as f64);
     }
 
+    /// Counts one message that is not here yet (an event given back to Pub/Sub and expected
+    /// again), so the actor is neither passivated nor evicted while it waits; `finished(1)`
+    /// releases it.
+    pub fn expect_one(&self) {
+        self.add(1);
+    }
+
     /// The actor finished with `n` messages (processed, nacked or given back).
     pub fn finished(&self, n: usize) {
         self.count.fetch_sub(n, Ordering::SeqCst);

@@ -51,6 +51,12 @@ pub const PROJECTION_VERSION_LAG: &str = "projection_version_lag";
 pub const PROJECTION_DEAD_LETTERED_TOTAL: &str = "courier_projection_dead_lettered_total";
 /// Redelivered or duplicated events recognised by the inbox (counter).
 pub const PROJECTION_DUPLICATES_TOTAL: &str = "courier_projection_duplicates_total";
+/// Projection transactions retried in place after a transient failure (counter).
+pub const PROJECTION_TRANSIENT_RETRIES_TOTAL: &str = "courier_projection_transient_retries_total";
+/// Keys holding later events until an event they gave back to Pub/Sub returns (gauge).
+pub const PROJECTION_GATED_KEYS: &str = "courier_projection_gated_keys";
+/// Gates opened by `consumer.gate_timeout_secs` rather than by the awaited event (counter).
+pub const PROJECTION_GATE_TIMEOUTS_TOTAL: &str = "courier_projection_gate_timeouts_total";
 /// Live per-aggregate projector actors (gauge).
 pub const LIVE_PROJECTORS: &str = "courier_live_projectors";
 /// Messages received and not yet acked or nacked (gauge).
@@ -183,6 +189,8 @@ pub fn register_all() {
         PROJECTION_PROCESS_ERROR_TOTAL,
         PROJECTION_DEAD_LETTERED_TOTAL,
         PROJECTION_DUPLICATES_TOTAL,
+        PROJECTION_TRANSIENT_RETRIES_TOTAL,
+        PROJECTION_GATE_TIMEOUTS_TOTAL,
     ] {
         metrics::counter!(name).increment(0);
     }
@@ -196,6 +204,7 @@ pub fn register_all() {
         RELAY_PUBLISH_LIMIT,
         RELAY_PUBLISHES_IN_FLIGHT,
         LIVE_PROJECTORS,
+        PROJECTION_GATED_KEYS,
         RECEIVER_OUTSTANDING_MESSAGES,
     ] {
         metrics::gauge!(name).increment(0.0);

@@ -2,7 +2,8 @@
 //!
 //! - [`consumer`]: starts Receiver → ProjectorRouter → Projector per aggregate for one
 //!   subscription and consumer group; how deliveries are acked, nacked or dead-lettered.
-//! - [`receiver`] → [`router`] → [`projector`]: the actors.
+//! - [`receiver`] → [`router`] → [`projector`]: the actors; [`messages`]: what they send;
+//!   [`parts`]: what they share (settings, handles, counters, ack/nack/dead-letter).
 //! - [`projection`]: what a service implements, and the versioned-upsert helper.
 //! - [`delivery`]: an event's metadata (from attributes) and its ack handle.
 //! - [`inbox`], [`offsets`]: deduplication and the consumer's position, in the projection's
@@ -13,7 +14,9 @@ pub mod dead_letter;
 pub mod dead_letter_log;
 pub mod delivery;
 pub mod inbox;
+pub mod messages;
 pub mod offsets;
+pub mod parts;
 pub mod projection;
 pub mod projector;
 pub mod receiver;

@@ -10,7 +10,8 @@ use tokio_postgres::types::ToSql;
 /// A failed handler call, split the way the projector must react.
 #[derive(Debug, thiserror::Error)]
 pub enum HandlerError {
-    /// Retrying later can succeed: the message is nacked and redelivered.
+    /// Retrying later can succeed: the transaction is retried in place with backoff
+    /// (`consumer.transient_retries`), then the message is nacked and redelivered.
     #[error("transient: {0}")]
     Transient(String),
     /// Retrying cannot succeed: the message goes to the dead-letter topic with this reason.

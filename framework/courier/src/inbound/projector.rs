@@ -5,25 +5,33 @@
 //! for the first time → offset save → commit → ack. Up to
 //! `consumer.max_events_per_transaction` waiting events share one transaction.
 //!
-//! Failures: a transient one nacks the events of the transaction *and every event queued
-//! behind them* (real Pub/Sub redelivers a nacked ordered message together with the later
-//! ones of its key; applying those first would reorder the key), except that an event past
-//! `max_delivery_attempts` is dead-lettered instead. A database outage (no connection, the
-//! connection lost, the server restarting) is not the events' fault: the projector keeps
-//! them (the client extends their leases) and retries the transaction after a backoff until
-//! the database is back, so an outage spends no delivery attempts and dead-letters nothing
-//! (the subscription's own dead-letter policy counts nacks too). A permanent one is narrowed
-//! down by retrying the events one per transaction; the culprit is dead-lettered, the others
-//! applied.
+//! No failure lets a later version of the key overtake an earlier one:
+//! - A database outage (no connection, the connection lost, the server restarting) is not the
+//!   events' fault: the transaction is retried after a backoff until the database is back.
+//! - A transient failure (lock timeout, serialization failure, deadlock, a handler's
+//!   `Transient`) is retried in place `consumer.transient_retries` times, with backoff.
+//!   Meanwhile the events stay held (the client extends their leases), spend no delivery
+//!   attempt, and the key's later events wait behind them. A group still failing is narrowed:
+//!   its first event alone gets the retries, the rest go back to the queue. A single event
+//!   still failing is given back to Pub/Sub (nacked: one delivery attempt spent), or
+//!   dead-lettered on its last attempt.
+//! - A permanent failure is narrowed down by retrying the events one per transaction; the
+//!   culprit is dead-lettered, the others applied.
+//! - The gate: once the projector has given version n back to Pub/Sub, no later version of the
+//!   key is applied until n is back and settled. Later ones are held, not nacked (the emulator
+//!   redelivers a nack at once, which would burn their attempts); Pub/Sub redelivers n, and
+//!   with ordering the later ones again, which the inbox absorbs. The gate opens when n is
+//!   settled, or after `consumer.gate_timeout_secs` with a warning (n was dead-lettered by the
+//!   subscription's own policy, or went to another consumer).
 
 use crate::backoff::Backoff;
 use crate::db::{DbError, PgConnection};
-use crate::inbound::consumer::ConsumerParts;
 use crate::inbound::delivery::{Delivery, EventMeta};
+use crate::inbound::messages::{Deliver, Stop};
 use crate::inbound::offsets::Position;
+use crate::inbound::parts::ConsumerParts;
 use crate::inbound::projection::{HandlerError, Projection};
-use crate::inbound::router::LiveProjectors;
-use crate::keyed_actors::Queued;
+use crate::keyed_actors::{KeyedActors, Queued};
 use crate::metrics as m;
 use actix::prelude::*;
 use std::collections::VecDeque;
@@ -31,15 +39,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Apply this delivery after the ones before it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Deliver<E: 'static>(pub Delivery<E>);
-
-/// Leave now (evicted by the router to make room); only sent with nothing queued.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Stop;
+/// The registry of live projectors, by routing key (the router hands deliveries through it;
+/// a projector leaves it when idle).
+pub type LiveProjectors<P> = KeyedActors<String, Projector<P>>;
 
 /// Why a projection transaction failed.
 #[derive(Debug, thiserror::Error)]
@@ -80,12 +82,60 @@ impl TransactionFailure {
 /// Waits between retries of a transaction while the database is unavailable.
 const OUTAGE_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
-/// What a finished transaction means for the rest of the key.
-struct Settled {
+/// What a finished transaction means for the key.
+struct Settled<E> {
     /// Deliveries settled (acked, nacked or dead-lettered).
     count: usize,
-    /// A delivery was nacked: everything queued behind it must be nacked too.
-    nack_rest: bool,
+    /// Versions acked or dead-lettered: done with, whatever their outcome.
+    done: Vec<i64>,
+    /// The oldest version given back to Pub/Sub, if any: later ones must wait for it.
+    nacked: Option<i64>,
+    /// Not tried this time, to go back to the front of the queue in this order.
+    back: Vec<Delivery<E>>,
+}
+
+impl<E> Settled<E> {
+    fn nothing() -> Self {
+        Self {
+            count: 0,
+            done: Vec::new(),
+            nacked: None,
+            back: Vec::new(),
+        }
+    }
+
+    fn done(version: i64) -> Self {
+        Self {
+            count: 1,
+            done: vec![version],
+            ..Self::nothing()
+        }
+    }
+
+    fn nacked(version: i64) -> Self {
+        Self {
+            count: 1,
+            nacked: Some(version),
+            ..Self::nothing()
+        }
+    }
+
+    fn and(mut self, other: Settled<E>) -> Self {
+        self.count += other.count;
+        self.done.extend(other.done);
+        self.nacked = match (self.nacked, other.nacked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.back.extend(other.back);
+        self
+    }
+}
+
+/// A version this projector gave back to Pub/Sub: later versions wait until it is settled.
+struct Gate {
+    version: i64,
+    since: Instant,
 }
 
 pub struct Projector<P: Projection> {
@@ -96,10 +146,11 @@ pub struct Projector<P: Projection> {
     /// Deliveries handed to this projector and not yet settled (shared with the router).
     queued: Arc<Queued>,
     mailbox: usize,
-    /// Received, waiting for the running transaction to finish.
+    /// Received, waiting for the running transaction to finish (or for the gate to open).
     waiting: VecDeque<Delivery<P::Event>>,
     /// A transaction is running.
     busy: bool,
+    gate: Option<Gate>,
     last_active: Instant,
 }
 
@@ -119,6 +170,7 @@ impl<P: Projection> Projector<P> {
             mailbox,
             waiting: VecDeque::new(),
             busy: false,
+            gate: None,
             last_active: Instant::now(),
         }
     }
@@ -127,7 +179,18 @@ impl<P: Projection> Projector<P> {
         Duration::from_secs(self.parts.settings.projector_idle_secs)
     }
 
-    fn passivate_if_idle(&mut self, ctx: &mut Context<Self>) {
+    /// Passivates when idle (a closed gate counts as queued in the registry, so a gated key
+    /// never leaves), and opens a gate that waited too long.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        let timeout = Duration::from_secs(self.parts.settings.gate_timeout_secs);
+        if let Some(gate) = self.gate.as_ref().filter(|g| g.since.elapsed() >= timeout) {
+            tracing::warn!(ordering_key = %self.key, consumer_group = %self.parts.spec.group,
+                version = gate.version, held = self.waiting.len(), waited_secs = timeout.as_secs(),
+                "the event given back to Pub/Sub did not return; applying the later ones");
+            metrics::counter!(m::PROJECTION_GATE_TIMEOUTS_TOTAL).increment(1);
+            self.open_gate();
+            self.pump(ctx);
+        }
         let idle = !self.busy
             && self.waiting.is_empty()
             && self.last_active.elapsed() >= self.idle_after();
@@ -136,16 +199,45 @@ impl<P: Projection> Projector<P> {
         }
     }
 
+    fn close_gate(&mut self, version: i64) {
+        match &mut self.gate {
+            Some(gate) => gate.version = gate.version.min(version),
+            None => {
+                self.queued.expect_one();
+                metrics::gauge!(m::PROJECTION_GATED_KEYS).increment(1.0);
+                self.gate = Some(Gate {
+                    version,
+                    since: Instant::now(),
+                });
+            }
+        }
+    }
+
+    fn open_gate(&mut self) {
+        if self.gate.take().is_some() {
+            self.queued.finished(1);
+            metrics::gauge!(m::PROJECTION_GATED_KEYS).decrement(1.0);
+        }
+    }
+
+    fn take_ready(&mut self) -> Vec<Delivery<P::Event>> {
+        take_ready(
+            &mut self.waiting,
+            |d| d.meta.version,
+            self.gate.as_ref().map(|g| g.version),
+            self.parts.settings.max_events_per_transaction as usize,
+        )
+    }
+
     /// Starts the next transaction if none is running.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.busy || self.waiting.is_empty() {
+        if self.busy {
             return;
         }
-        let take = self
-            .waiting
-            .len()
-            .min(self.parts.settings.max_events_per_transaction as usize);
-        let group: Vec<Delivery<P::Event>> = self.waiting.drain(..take).collect();
+        let group = self.take_ready();
+        if group.is_empty() {
+            return;
+        }
         self.busy = true;
         let parts = self.parts.clone();
         ctx.spawn(
@@ -154,14 +246,17 @@ impl<P: Projection> Projector<P> {
                 .map(|settled, act, ctx| {
                     act.busy = false;
                     act.last_active = Instant::now();
-                    let mut count = settled.count;
-                    if settled.nack_rest {
-                        count += act.waiting.len();
-                        for delivery in act.waiting.drain(..) {
-                            act.parts.nack(delivery);
-                        }
+                    for delivery in settled.back.into_iter().rev() {
+                        act.waiting.push_front(delivery);
                     }
-                    act.queued.finished(count);
+                    act.queued.finished(settled.count);
+                    if let Some(version) = settled.nacked {
+                        act.close_gate(version);
+                    }
+                    let awaited = act.gate.as_ref().map(|g| g.version);
+                    if awaited.is_some_and(|v| settled.done.contains(&v)) {
+                        act.open_gate();
+                    }
                     act.pump(ctx);
                 }),
         );
@@ -177,12 +272,16 @@ impl<P: Projection> Actor for Projector<P> {
         ctx.set_mailbox_capacity(self.mailbox);
         metrics::gauge!(m::LIVE_PROJECTORS).increment(1.0);
         let check_every = (self.idle_after() / 2).max(Duration::from_millis(100));
-        ctx.run_interval(check_every, |act, ctx| act.passivate_if_idle(ctx));
+        ctx.run_interval(check_every, |act, ctx| act.tick(ctx));
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         metrics::gauge!(m::LIVE_PROJECTORS).decrement(1.0);
-        // Only reachable with nothing queued; anything left would be nacked by its drop.
+        if self.gate.is_some() {
+            metrics::gauge!(m::PROJECTION_GATED_KEYS).decrement(1.0);
+        }
+        // Only reachable with nothing queued, or when the whole consumer stops; anything left
+        // would be nacked by its drop.
         for delivery in self.waiting.drain(..) {
             self.parts.nack(delivery);
         }
@@ -206,79 +305,142 @@ impl<P: Projection> Handler<Stop> for Projector<P> {
     }
 }
 
-/// Applies `group` (one key's deliveries, in order) and settles every delivery.
+/// The next transaction's items: the oldest waiting ones, up to `max`; behind a closed gate
+/// only versions up to the gate's, the later ones staying in order.
+fn take_ready<T>(
+    waiting: &mut VecDeque<T>,
+    version: impl Fn(&T) -> i64,
+    gate: Option<i64>,
+    max: usize,
+) -> Vec<T> {
+    let Some(gate) = gate else {
+        let take = waiting.len().min(max);
+        return waiting.drain(..take).collect();
+    };
+    let mut ready = Vec::new();
+    let mut held = VecDeque::with_capacity(waiting.len());
+    for item in waiting.drain(..) {
+        if ready.len() < max && version(&item) <= gate {
+            ready.push(item);
+        } else {
+            held.push_back(item);
+        }
+    }
+    *waiting = held;
+    ready
+}
+
+/// Applies `group` (one key's deliveries, in order) and settles its deliveries, or gives some
+/// back to the queue (see [`Settled::back`]).
 async fn project<P: Projection>(
     parts: Arc<ConsumerParts<P>>,
-    group: Vec<Delivery<P::Event>>,
-) -> Settled {
+    mut group: Vec<Delivery<P::Event>>,
+) -> Settled<P::Event> {
     let count = group.len();
-    match apply_outliving_outages(&parts, &group).await {
+    match apply_with_retries(&parts, &group).await {
         Ok(applied) => {
+            let done = group.iter().map(|d| d.meta.version).collect();
             settle_committed(&parts, group, applied).await;
             Settled {
                 count,
-                nack_rest: false,
+                done,
+                ..Settled::nothing()
             }
         }
-        Err(failure) if failure.is_transient() => {
-            let nack_rest = settle_transient(&parts, group, &failure).await;
-            Settled { count, nack_rest }
+        Err(failure) if count > 1 && failure.is_transient() => {
+            tracing::debug!(ordering_key = %group[0].meta.ordering_key, error = %failure,
+                "grouped transaction still failing transiently; retrying its first event alone");
+            let rest = group.split_off(1);
+            let first = Box::pin(project(parts, group)).await;
+            Settled {
+                back: rest,
+                ..Settled::nothing()
+            }
+            .and(first)
         }
         Err(failure) if count > 1 => {
             tracing::debug!(ordering_key = %group[0].meta.ordering_key, error = %failure,
                 "grouped transaction failed permanently; retrying its events one by one");
-            let mut nack_rest = false;
+            let mut settled = Settled::nothing();
             let mut rest = group.into_iter();
             for delivery in rest.by_ref() {
-                if Box::pin(project(parts.clone(), vec![delivery]))
-                    .await
-                    .nack_rest
-                {
-                    nack_rest = true;
+                settled = settled.and(Box::pin(project(parts.clone(), vec![delivery])).await);
+                if settled.nacked.is_some() {
                     break;
                 }
             }
-            for delivery in rest {
-                parts.nack(delivery);
-            }
-            Settled { count, nack_rest }
+            // Behind a nacked event: back to the queue, where the gate holds them.
+            settled.back.extend(rest);
+            settled
         }
         Err(failure) => {
-            let mut group = group;
             let delivery = group.remove(0);
             note_failure(&parts, &delivery.meta, &failure);
-            let reason = format!("permanent failure: {failure}");
-            let dead = parts
+            let version = delivery.meta.version;
+            let attempt = delivery.meta.delivery_attempt.unwrap_or(1);
+            let max_attempts =
+                i32::try_from(parts.settings.max_delivery_attempts).unwrap_or(i32::MAX);
+            let reason = if !failure.is_transient() {
+                format!("permanent failure: {failure}")
+            } else if attempt < max_attempts {
+                parts.nack(delivery);
+                return Settled::nacked(version);
+            } else {
+                format!(
+                    "transient failure on delivery attempt {attempt}, after {} retries: {failure}",
+                    parts.settings.transient_retries
+                )
+            };
+            if parts
                 .dead_letter(&delivery.message, delivery.handler, &reason)
-                .await;
-            Settled {
-                count,
-                nack_rest: !dead,
+                .await
+            {
+                Settled::done(version)
+            } else {
+                Settled::nacked(version)
             }
         }
     }
 }
 
-/// [`apply`], retried after a backoff for as long as the database is unavailable.
-async fn apply_outliving_outages<P: Projection>(
+/// [`apply`], retried after a backoff for as long as the database is unavailable, and up to
+/// `consumer.transient_retries` times after a transient failure.
+async fn apply_with_retries<P: Projection>(
     parts: &ConsumerParts<P>,
     group: &[Delivery<P::Event>],
 ) -> Result<usize, TransactionFailure> {
-    let mut retries = 0u32;
+    let mut outage_retries = 0u32;
+    let mut transient_retries = 0u32;
     loop {
-        match apply(parts, group).await {
-            Err(failure) if failure.is_unavailable() => {
-                let delay = OUTAGE_BACKOFF.delay(retries);
-                tracing::warn!(ordering_key = %group[0].meta.ordering_key,
-                    consumer_group = %parts.spec.group, retry_in_ms = delay.as_millis() as u64,
-                    error = %failure, "database unavailable; keeping the events and retrying");
-                parts.stats.failed.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!(m::PROJECTION_PROCESS_ERROR_TOTAL).increment(1);
-                tokio::time::sleep(delay).await;
-                retries = retries.saturating_add(1);
-            }
-            result => return result,
-        }
+        let failure = match apply(parts, group).await {
+            Ok(applied) => return Ok(applied),
+            Err(failure) => failure,
+        };
+        let delay = if failure.is_unavailable() {
+            let delay = OUTAGE_BACKOFF.delay(outage_retries);
+            outage_retries = outage_retries.saturating_add(1);
+            tracing::warn!(ordering_key = %group[0].meta.ordering_key,
+                consumer_group = %parts.spec.group, retry_in_ms = delay.as_millis() as u64,
+                error = %failure, "database unavailable; keeping the events and retrying");
+            delay
+        } else if failure.is_transient() && transient_retries < parts.settings.transient_retries {
+            let delay = parts
+                .settings
+                .transient_backoff()
+                .spread_delay(transient_retries);
+            transient_retries += 1;
+            tracing::info!(ordering_key = %group[0].meta.ordering_key,
+                consumer_group = %parts.spec.group, retry = transient_retries,
+                retry_in_ms = delay.as_millis() as u64, error = %failure,
+                "transient failure; keeping the events and retrying");
+            metrics::counter!(m::PROJECTION_TRANSIENT_RETRIES_TOTAL).increment(1);
+            delay
+        } else {
+            return Err(failure);
+        };
+        parts.stats.failed.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(m::PROJECTION_PROCESS_ERROR_TOTAL).increment(1);
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -384,30 +546,6 @@ async fn settle_committed<P: Projection>(
     }
 }
 
-/// Nacks the group, dead-lettering those out of attempts; true if any was nacked.
-async fn settle_transient<P: Projection>(
-    parts: &ConsumerParts<P>,
-    group: Vec<Delivery<P::Event>>,
-    failure: &TransactionFailure,
-) -> bool {
-    let max_attempts = i32::try_from(parts.settings.max_delivery_attempts).unwrap_or(i32::MAX);
-    let mut nacked = false;
-    for delivery in group {
-        note_failure(parts, &delivery.meta, failure);
-        let attempt = delivery.meta.delivery_attempt.unwrap_or(1);
-        if attempt >= max_attempts {
-            let reason = format!("transient failure on delivery attempt {attempt}: {failure}");
-            nacked |= !parts
-                .dead_letter(&delivery.message, delivery.handler, &reason)
-                .await;
-        } else {
-            parts.nack(delivery);
-            nacked = true;
-        }
-    }
-    nacked
-}
-
 fn note_failure<P: Projection>(
     parts: &ConsumerParts<P>,
     meta: &EventMeta,
@@ -425,4 +563,42 @@ fn note_failure<P: Projection>(
         error = %failure,
         "projection failed"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_ready;
+    use std::collections::VecDeque;
+
+    fn take(waiting: &mut VecDeque<i64>, gate: Option<i64>, max: usize) -> Vec<i64> {
+        take_ready(waiting, |v| *v, gate, max)
+    }
+
+    #[test]
+    fn an_open_gate_takes_the_oldest_in_arrival_order() {
+        let mut waiting = VecDeque::from([3, 4, 5]);
+        assert_eq!(take(&mut waiting, None, 2), vec![3, 4]);
+        assert_eq!(waiting, VecDeque::from([5]));
+    }
+
+    #[test]
+    fn behind_a_nacked_version_later_ones_are_held_even_when_they_arrive_first() {
+        // v2 was nacked; v3 and v4 came (again) before v2's redelivery, then v2 and a
+        // duplicate of v1.
+        let mut waiting = VecDeque::from([3, 4, 2, 1]);
+        assert_eq!(take(&mut waiting, Some(2), 50), vec![2, 1]);
+        assert_eq!(waiting, VecDeque::from([3, 4]), "held in arrival order");
+        assert!(
+            take(&mut waiting, Some(2), 50).is_empty(),
+            "nothing past v2"
+        );
+        assert_eq!(take(&mut waiting, None, 50), vec![3, 4], "the gate opened");
+    }
+
+    #[test]
+    fn a_closed_gate_still_caps_the_group() {
+        let mut waiting = VecDeque::from([1, 2, 9, 2]);
+        assert_eq!(take(&mut waiting, Some(2), 2), vec![1, 2]);
+        assert_eq!(waiting, VecDeque::from([9, 2]));
+    }
 }

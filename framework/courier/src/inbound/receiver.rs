@@ -17,10 +17,10 @@
 //! it with backoff or escalates.
 
 use crate::backoff::Backoff;
-use crate::inbound::consumer::ConsumerParts;
 use crate::inbound::delivery::{Delivery, EventMeta, FlowPermit, Rejection};
+use crate::inbound::messages::Deliver;
+use crate::inbound::parts::ConsumerParts;
 use crate::inbound::projection::Projection;
-use crate::inbound::projector::Deliver;
 use crate::inbound::router::ProjectorRouter;
 use crate::supervision::Supervision;
 use actix::prelude::*;

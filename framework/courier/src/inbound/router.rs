@@ -5,12 +5,12 @@
 //! mailbox, synchronous hand-over). The registry ([`KeyedActors`], as for the key publishers)
 //! is shared with the projectors, which leave it themselves when idle.
 
-use crate::inbound::consumer::ConsumerParts;
 use crate::inbound::delivery::Delivery;
+use crate::inbound::messages::{Deliver, Stop};
+use crate::inbound::parts::ConsumerParts;
 use crate::inbound::projection::Projection;
-use crate::inbound::projector::{Deliver, Projector, Stop};
-use crate::keyed_actors::Queued;
-use crate::keyed_actors::{KeyedActors, Refused};
+use crate::inbound::projector::{LiveProjectors, Projector};
+use crate::keyed_actors::{Queued, Refused};
 use crate::supervision::Supervision;
 use actix::prelude::*;
 use std::sync::Arc;
@@ -22,9 +22,6 @@ const CAP_RECHECK: Duration = Duration::from_millis(5);
 /// Deliveries waiting in the router's mailbox. Each stream awaits `send()`, so a full mailbox
 /// stops the streams from pulling, and the subscriber's flow control pushes back to Pub/Sub.
 const ROUTER_MAILBOX: usize = 1_024;
-
-/// The registry of live projectors, by routing key.
-pub type LiveProjectors<P> = KeyedActors<String, Projector<P>>;
 
 pub struct ProjectorRouter<P: Projection> {
     parts: Arc<ConsumerParts<P>>,

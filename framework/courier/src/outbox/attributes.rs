@@ -4,7 +4,6 @@
 //! contract: `event_id, event_type, aggregate_id, aggregate_type, version, occurred_at,
 //! schema_version`, plus `correlation_id, causation_id, trace_id, source_service` when set.
 
-use crate::outbox::event::NewEvent;
 use chrono::{DateTime, SecondsFormat, Utc};
 use std::collections::BTreeMap;
 
@@ -69,20 +68,4 @@ pub fn build<'a>(
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );
     attributes
-}
-
-/// The attributes `event` will be published with.
-pub fn for_event(event: &NewEvent) -> BTreeMap<String, String> {
-    build(
-        RequiredFields {
-            event_id: event.event_id,
-            event_type: &event.event_type,
-            aggregate_id: &event.aggregate_id,
-            aggregate_type: &event.aggregate_type,
-            version: event.version,
-            occurred_at: event.occurred_at,
-            schema_version: event.schema_version,
-        },
-        event.optional_attributes(),
-    )
 }

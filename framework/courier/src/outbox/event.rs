@@ -86,6 +86,22 @@ impl NewEvent {
         self
     }
 
+    /// The attributes this event will be published with.
+    pub fn attributes(&self) -> BTreeMap<String, String> {
+        crate::outbox::attributes::build(
+            crate::outbox::attributes::RequiredFields {
+                event_id: self.event_id,
+                event_type: &self.event_type,
+                aggregate_id: &self.aggregate_id,
+                aggregate_type: &self.aggregate_type,
+                version: self.version,
+                occurred_at: self.occurred_at,
+                schema_version: self.schema_version,
+            },
+            self.optional_attributes(),
+        )
+    }
+
     /// The optional attributes, as stored in the row's `attributes` column.
     pub fn optional_attributes(&self) -> BTreeMap<&'static str, &str> {
         [
@@ -126,7 +142,7 @@ impl NewEvent {
                 format!("must be at least 1, got {}", self.schema_version),
             );
         }
-        let attributes = crate::outbox::attributes::for_event(self);
+        let attributes = self.attributes();
         for (key, value) in &attributes {
             if key.len() > MAX_ATTRIBUTE_KEY_BYTES {
                 return invalid(
@@ -316,10 +332,7 @@ mod tests {
     #[test]
     fn payload_just_under_the_limit_is_accepted() {
         let mut e = event();
-        let attribute_bytes: usize = crate::outbox::attributes::for_event(&e)
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum();
+        let attribute_bytes: usize = e.attributes().iter().map(|(k, v)| k.len() + v.len()).sum();
         e.payload = vec![0; MAX_MESSAGE_BYTES - attribute_bytes];
         assert_eq!(e.validate(), Ok(()));
     }

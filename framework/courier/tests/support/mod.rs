@@ -31,6 +31,8 @@ pub const PERMANENT: &str = "permanent-failure";
 pub const ALWAYS_TRANSIENT: &str = "always-transient";
 /// Fails transiently this many times per event: `transient-2`.
 pub const TRANSIENT_PREFIX: &str = "transient-";
+/// Fails transiently until [`Videos::release`] is set.
+pub const UNTIL_RELEASED: &str = "until-released";
 /// Sleeps this many seconds: `slow-15`.
 pub const SLOW_PREFIX: &str = "slow-";
 /// Passes the handler but is refused by a deferred constraint trigger at commit.
@@ -67,6 +69,8 @@ pub struct Videos {
     upsert: VersionedUpsert,
     /// Handler calls per event id (every call, committed or not).
     pub calls: Arc<Mutex<HashMap<Uuid, u32>>>,
+    /// Lets events titled [`UNTIL_RELEASED`] through.
+    pub release: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Videos {
@@ -75,6 +79,7 @@ impl Videos {
             upsert: VersionedUpsert::new("app.videos", &["video_id"], &["title"])
                 .expect("valid upsert"),
             calls: Arc::default(),
+            release: Arc::default(),
         }
     }
 }
@@ -101,6 +106,10 @@ impl Projection for Videos {
         }
         if event.title == ALWAYS_TRANSIENT {
             return Err(HandlerError::Transient("injected, every time".into()));
+        }
+        if event.title == UNTIL_RELEASED && !self.release.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(HandlerError::Transient("not released yet".into()));
         }
         if let Some(n) = event.title.strip_prefix(TRANSIENT_PREFIX) {
             if calls <= n.parse().unwrap_or(0) {
@@ -218,6 +227,10 @@ pub async fn read_setup_with(
     config.consumer.max_delivery_attempts = 3;
     config.consumer.lease_extension_secs = 10;
     config.consumer.projector_idle_secs = 2;
+    // Two quick retries in place, then the delivery goes back: tests see both paths fast.
+    config.consumer.transient_retries = 2;
+    config.consumer.transient_backoff_first_millis = 10;
+    config.consumer.transient_backoff_cap_millis = 50;
     tweak(&mut config);
     let consumer = ConsumerSpec {
         group: "test-readers".into(),

@@ -1,0 +1,210 @@
+//! What every actor of one consumer shares: its subscription and group, counters, the
+//! database and Pub/Sub handles, and how a delivery is settled (ack, nack, or dead-letter
+//! then ack). The receiver, the router and the projectors depend on this module, not on each
+//! other's.
+
+use crate::config::ConsumerConfig;
+use crate::db::PgPool;
+use crate::inbound::dead_letter::DeadLetters;
+use crate::inbound::dead_letter_log::DeadLetterLog;
+use crate::inbound::delivery::{Delivery, EventMeta};
+use crate::inbound::inbox::Inbox;
+use crate::inbound::offsets::OffsetStore;
+use crate::inbound::projection::Projection;
+use crate::metrics as m;
+use crate::pubsub::PubSub;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Which subscription a consumer reads, as which group, and where dead letters go.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    /// Names the read model's inbox rows and offsets; one group per read model.
+    pub group: String,
+    /// Subscription id (not the full path).
+    pub subscription: String,
+    /// Topic id of the dead-letter topic (`<topic>.dlq`).
+    pub dead_letter_topic: String,
+}
+
+/// A test hook run after a projection transaction committed and before its messages are
+/// acked (to stop a consumer in that window).
+pub type BeforeAck = Arc<dyn Fn(&[EventMeta]) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
+
+/// Counters of one consumer, for tests, the CLI and the load tests (metrics carry the same).
+#[derive(Debug, Default)]
+pub struct ConsumerStats {
+    /// Messages received from the streams (redeliveries included).
+    pub received: AtomicU64,
+    /// Events whose effect was committed (first time seen by the group).
+    pub applied: AtomicU64,
+    /// Events committed as already seen (inbox hit): acked without a second effect.
+    pub duplicates: AtomicU64,
+    pub acked: AtomicU64,
+    pub nacked: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    /// Events whose projection transaction failed (handler, statement or commit).
+    pub failed: AtomicU64,
+    /// Received and not yet acked or nacked.
+    pub outstanding: AtomicU64,
+    /// The most ever outstanding at once (flow control bounds it).
+    pub peak_outstanding: AtomicU64,
+}
+
+/// A plain copy of [`ConsumerStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub received: u64,
+    pub applied: u64,
+    pub duplicates: u64,
+    pub acked: u64,
+    pub nacked: u64,
+    pub dead_lettered: u64,
+    pub failed: u64,
+    pub outstanding: u64,
+    pub peak_outstanding: u64,
+}
+
+impl ConsumerStats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            received: get(&self.received),
+            applied: get(&self.applied),
+            duplicates: get(&self.duplicates),
+            acked: get(&self.acked),
+            nacked: get(&self.nacked),
+            dead_lettered: get(&self.dead_lettered),
+            failed: get(&self.failed),
+            outstanding: get(&self.outstanding),
+            peak_outstanding: get(&self.peak_outstanding),
+        }
+    }
+
+    pub(crate) fn on_received(&self) {
+        self.received.fetch_add(1, Ordering::Relaxed);
+        let now = self.outstanding.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_outstanding.fetch_max(now, Ordering::Relaxed);
+        metrics::gauge!(m::RECEIVER_OUTSTANDING_MESSAGES).increment(1.0);
+    }
+
+    fn on_acked(&self) {
+        self.acked.fetch_add(1, Ordering::Relaxed);
+        self.on_settled();
+    }
+
+    fn on_nacked(&self) {
+        self.nacked.fetch_add(1, Ordering::Relaxed);
+        self.on_settled();
+    }
+
+    fn on_settled(&self) {
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!(m::RECEIVER_OUTSTANDING_MESSAGES).decrement(1.0);
+    }
+}
+
+/// What every actor of one consumer shares.
+pub struct ConsumerParts<P: Projection> {
+    pub projection: P,
+    pub spec: ConsumerSpec,
+    pub settings: ConsumerConfig,
+    pub pubsub: PubSub,
+    pub pool: PgPool,
+    /// One permit per pooled connection: projectors queue here for a transaction, without
+    /// a deadline, rather than time out in the pool while thousands of keys are busy.
+    pub transactions: tokio::sync::Semaphore,
+    pub inbox: Inbox,
+    pub offsets: OffsetStore,
+    pub dead_letters: DeadLetters,
+    pub dead_letter_log: DeadLetterLog,
+    /// This process, as recorded in `consumer_offsets.updated_by`.
+    pub instance: String,
+    pub stats: Arc<ConsumerStats>,
+    pub before_ack: Option<BeforeAck>,
+    /// `<group>_offset_lag_ms`, the agreed per-group metric name.
+    pub offset_lag_metric: String,
+}
+
+impl<P: Projection> ConsumerParts<P> {
+    /// Acks a delivery whose effect (or non-effect) is committed.
+    pub(crate) fn ack<E>(&self, delivery: Delivery<E>) {
+        metrics::histogram!(m::PROJECTION_PROCESS_LATENCY)
+            .record(delivery.received_at.elapsed().as_secs_f64());
+        delivery.handler.ack();
+        self.stats.on_acked();
+    }
+
+    pub(crate) fn set_dead_letter_gauge(&self, open: i64) {
+        #[allow(clippy::cast_precision_loss)]
+        metrics::gauge!(m::DLQ_MESSAGE_COUNT, "subscription" => self.spec.subscription.clone())
+            .set(open as f64);
+    }
+
+    /// Gives a delivery back to Pub/Sub for redelivery.
+    pub(crate) fn nack<E>(&self, delivery: Delivery<E>) {
+        delivery.handler.nack();
+        self.stats.on_nacked();
+    }
+
+    /// Publishes the message to the dead-letter topic with `reason`, then acks it; if the
+    /// dead-letter publish fails, nacks it instead so nothing is lost. Returns whether it
+    /// was dead-lettered.
+    pub(crate) async fn dead_letter(
+        &self,
+        message: &google_cloud_pubsub::model::Message,
+        handler: google_cloud_pubsub::subscriber::handler::Handler,
+        reason: &str,
+    ) -> bool {
+        let attempt = handler.delivery_attempt();
+        match self.dead_letters.publish(message, reason, attempt).await {
+            Ok(_) => {
+                tracing::warn!(
+                    message_id = %message.message_id,
+                    ordering_key = %message.ordering_key,
+                    consumer_group = %self.spec.group,
+                    delivery_attempt = attempt,
+                    reason,
+                    "message dead-lettered"
+                );
+                handler.ack();
+                metrics::counter!(m::PROJECTION_DEAD_LETTERED_TOTAL).increment(1);
+                // Bookkeeping only: the dead letter itself is safe in its topic already.
+                match self
+                    .dead_letter_log
+                    .record(
+                        &self.pool,
+                        &self.spec.group,
+                        &self.spec.subscription,
+                        &message.message_id,
+                        &message.ordering_key,
+                        reason,
+                    )
+                    .await
+                {
+                    Ok(open) => self.set_dead_letter_gauge(open),
+                    Err(e) => {
+                        tracing::warn!(message_id = %message.message_id, consumer_group = %self.spec.group,
+                        error = %e, "dead letter not logged; dlq_message_count undercounts")
+                    }
+                }
+                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                self.stats.on_acked();
+                true
+            }
+            Err(error) => {
+                tracing::error!(
+                    message_id = %message.message_id,
+                    consumer_group = %self.spec.group,
+                    %error,
+                    "dead-letter publish failed; message nacked for redelivery"
+                );
+                handler.nack();
+                self.stats.on_nacked();
+                false
+            }
+        }
+    }
+}
