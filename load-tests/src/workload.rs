@@ -306,6 +306,16 @@ impl LoadProjection {
 impl Projection for LoadProjection {
     type Event = FieldsSet;
 
+    /// A delta update applies only on top of the version before it; a whole event (a create,
+    /// or any write of the whole workload) at any newer version.
+    fn contiguous_versions(&self) -> bool {
+        true
+    }
+
+    fn is_whole_state(&self, _meta: &EventMeta, event: &FieldsSet) -> bool {
+        event.is_whole()
+    }
+
     async fn apply(
         &self,
         tx: &PgTransaction<'_>,

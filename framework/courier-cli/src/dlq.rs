@@ -50,15 +50,9 @@ pub enum DlqCommand {
 
 /// `<topic>.<consumer>-<role>` → `<topic>`.
 fn topic_of(subscription: &str) -> anyhow::Result<&str> {
-    subscription
-        .rsplit_once('.')
-        .filter(|(topic, suffix)| !topic.is_empty() && suffix.contains('-'))
-        .map(|(topic, _)| topic)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "--subscription {subscription:?} is not named <topic>.<consumer>-<role>"
-            )
-        })
+    courier::pubsub::topic_of_subscription(subscription).ok_or_else(|| {
+        anyhow::anyhow!("--subscription {subscription:?} is not named <topic>.<consumer>-<role>")
+    })
 }
 
 pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<()> {

@@ -15,6 +15,7 @@ mod dlq;
 mod offsets;
 mod outbox;
 mod output;
+mod parked;
 mod provision;
 mod relay;
 mod status;
@@ -76,6 +77,9 @@ pub enum Command {
     /// Dead letters of a subscription: peek, republish to the main topic.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
+    /// Keys of delta projections parked behind a missing version: list, release.
+    #[command(subcommand)]
+    Parked(parked::ParkedCommand),
     /// One screen per service: backlog, publish rate, relays, dead letters, consumer lag.
     Status(status::StatusArgs),
     /// Append events through the outbox and watch them arrive on a subscription, in order.
@@ -107,6 +111,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => offsets::replay(config, args).await,
         Command::Status(args) => status::run(config, args).await,
         Command::Dlq(command) => dlq::run(config, command).await,
+        Command::Parked(command) => parked::run(config, command).await,
     }
 }
 

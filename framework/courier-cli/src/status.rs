@@ -35,6 +35,8 @@ struct Status {
     consumers: Vec<ConsumerStatus>,
     /// Dead letters not republished yet, per consumer group.
     dead_letters: Vec<courier::inbound::dead_letter_log::OpenDeadLetters>,
+    /// Keys of delta projections parked behind a missing version.
+    parked_keys: Vec<courier::inbound::parked::ParkedKey>,
 }
 
 /// One live relay at its last heartbeat.
@@ -136,6 +138,9 @@ async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
         dead_letters: courier::inbound::dead_letter_log::DeadLetterLog::new(schema)
             .open(&pool)
             .await?,
+        parked_keys: courier::inbound::parked::KeyVersions::new(schema)
+            .list(&pool)
+            .await?,
     };
     Ok(status)
 }
@@ -167,6 +172,12 @@ fn print(status: &Status) {
         println!(
             "  dlq      {} dead letter(s) of {} not republished ({}.dlq)",
             d.open, d.consumer_group, d.subscription
+        );
+    }
+    for p in &status.parked_keys {
+        println!(
+            "  parked   key {} of {} waits for v{} with {} event(s) held (`courier parked`)",
+            p.routing_key, p.consumer_group, p.expected_version, p.held_events
         );
     }
     for c in &status.consumers {

@@ -246,6 +246,9 @@ pub struct ConsumerConfig {
     /// (10–600 s); past it the key goes on (the event was dead-lettered elsewhere) with a
     /// warning.
     pub gate_timeout_secs: u64,
+    /// Contiguous projections (delta events): how long a key with a gap (v3 arrived, v2 not
+    /// applied) holds its later events waiting for the missing one before it is parked.
+    pub gap_wait_secs: u64,
     /// Events of one aggregate applied in one transaction when several are waiting (1 = one
     /// transaction per event).
     pub max_events_per_transaction: u32,
@@ -308,6 +311,7 @@ impl Default for ConsumerConfig {
             transient_backoff_first_millis: 100,
             transient_backoff_cap_millis: 10_000,
             gate_timeout_secs: 900,
+            gap_wait_secs: 60,
             max_events_per_transaction: 50,
             max_live_projectors: 10_000,
             projector_idle_secs: 30,
@@ -566,6 +570,12 @@ impl CourierConfig {
         if !(1..=3600).contains(&c.gate_timeout_secs) {
             return invalid(
                 "consumer.gate_timeout_secs",
+                "must be between 1 and 3600 (the client holds a message at most an hour)",
+            );
+        }
+        if !(1..=3600).contains(&c.gap_wait_secs) {
+            return invalid(
+                "consumer.gap_wait_secs",
                 "must be between 1 and 3600 (the client holds a message at most an hour)",
             );
         }

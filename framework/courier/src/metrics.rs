@@ -57,6 +57,10 @@ pub const PROJECTION_TRANSIENT_RETRIES_TOTAL: &str = "courier_projection_transie
 pub const PROJECTION_GATED_KEYS: &str = "courier_projection_gated_keys";
 /// Gates opened by `consumer.gate_timeout_secs` rather than by the awaited event (counter).
 pub const PROJECTION_GATE_TIMEOUTS_TOTAL: &str = "courier_projection_gate_timeouts_total";
+/// Keys of contiguous projections parked behind a gap, per consumer group (gauge).
+pub const PROJECTION_PARKED_KEYS: &str = "courier_projection_parked_keys";
+/// Events acked into a parked key's keeping (counter).
+pub const PROJECTION_PARKED_EVENTS_TOTAL: &str = "courier_projection_parked_events_total";
 /// Live per-aggregate projector actors (gauge).
 pub const LIVE_PROJECTORS: &str = "courier_live_projectors";
 /// Messages received and not yet acked or nacked (gauge).
@@ -191,6 +195,7 @@ pub fn register_all() {
         PROJECTION_DUPLICATES_TOTAL,
         PROJECTION_TRANSIENT_RETRIES_TOTAL,
         PROJECTION_GATE_TIMEOUTS_TOTAL,
+        PROJECTION_PARKED_EVENTS_TOTAL,
     ] {
         metrics::counter!(name).increment(0);
     }

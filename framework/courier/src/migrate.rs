@@ -82,6 +82,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0010_relay_publish_limit",
             sql: include_str!("../../../migrations/courier/0010_relay_publish_limit.sql"),
         },
+        Migration {
+            version: 11,
+            name: "0011_contiguous_versions",
+            sql: include_str!("../../../migrations/courier/0011_contiguous_versions.sql"),
+        },
     ],
 };
 

@@ -311,6 +311,15 @@ pub struct DeadLetterSpec {
     pub max_delivery_attempts: i32,
 }
 
+/// The topic of a subscription named by [`SubscriptionSpec::standard`]
+/// (`<topic>.<consumer>-<role>`), or `None` for a name that does not follow it.
+pub fn topic_of_subscription(subscription: &str) -> Option<&str> {
+    subscription
+        .rsplit_once('.')
+        .filter(|(topic, suffix)| !topic.is_empty() && suffix.contains('-'))
+        .map(|(topic, _)| topic)
+}
+
 impl SubscriptionSpec {
     /// `<topic>.<consumer>-<role>` with ordering, 60 s ack deadline, 10–600 s retry backoff,
     /// acked-message retention, and `<topic>.dlq` after 5 attempts.

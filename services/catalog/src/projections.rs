@@ -48,6 +48,12 @@ fn ids(video_id: &str, user_id: &str) -> Result<(Uuid, Uuid), HandlerError> {
 impl Projection for VideoUserEngagements {
     type Event = Event;
 
+    /// Each event sets some fields of the (video, user) row under the row's version: applied
+    /// out of order, an older event's field would be lost to the version guard.
+    fn contiguous_versions(&self) -> bool {
+        true
+    }
+
     async fn apply(
         &self,
         tx: &PgTransaction<'_>,

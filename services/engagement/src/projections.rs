@@ -93,6 +93,20 @@ fn status_name(status: i32) -> Result<&'static str, HandlerError> {
 impl Projection for VideosReplica {
     type Event = Event;
 
+    /// An update carries only the changed fields (`update_replica.sql` keeps the others): it
+    /// applies only on top of the version before it.
+    fn contiguous_versions(&self) -> bool {
+        true
+    }
+
+    /// A create or a snapshot carries the whole video.
+    fn is_whole_state(&self, _meta: &EventMeta, event: &Event) -> bool {
+        matches!(
+            event.payload,
+            Some(Payload::VideoCreated(_) | Payload::VideoSnapshot(_))
+        )
+    }
+
     async fn apply(
         &self,
         tx: &PgTransaction<'_>,

@@ -10,6 +10,7 @@ use crate::inbound::dead_letter::DeadLetters;
 use crate::inbound::dead_letter_log::DeadLetterLog;
 use crate::inbound::inbox::Inbox;
 use crate::inbound::offsets::OffsetStore;
+use crate::inbound::parked::KeyVersions;
 use crate::inbound::parts::ConsumerParts;
 pub use crate::inbound::parts::{BeforeAck, ConsumerSpec, ConsumerStats, StatsSnapshot};
 use crate::inbound::projection::Projection;
@@ -127,6 +128,7 @@ pub async fn start<P: Projection>(
         transactions: tokio::sync::Semaphore::new(config.database.pool_size as usize),
         inbox: Inbox::new(&config.database.schema),
         offsets: OffsetStore::new(&config.database.schema, config.consumer.offset_lanes),
+        versions: KeyVersions::new(&config.database.schema),
         dead_letters,
         dead_letter_log: DeadLetterLog::new(&config.database.schema),
         instance: format!("{}-{}", spec.group, uuid::Uuid::new_v4().simple()),
@@ -172,6 +174,7 @@ pub async fn start<P: Projection>(
             tracing::warn!(consumer_group = %parts.spec.group, error = %e, "cannot count open dead letters")
         }
     }
+    parts.refresh_parked_gauge().await;
     tracing::info!(
         consumer_group = %parts.spec.group,
         subscription = %parts.spec.subscription,

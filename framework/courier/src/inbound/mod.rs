@@ -7,7 +7,8 @@
 //! - [`projection`]: what a service implements, and the versioned-upsert helper.
 //! - [`delivery`]: an event's metadata (from attributes) and its ack handle.
 //! - [`inbox`], [`offsets`]: deduplication and the consumer's position, in the projection's
-//!   transaction; [`dead_letter`]: the dead-letter topic.
+//!   transaction; [`dead_letter`]: the dead-letter topic; [`parked`]: keys of delta
+//!   projections held behind a gap.
 
 pub mod consumer;
 pub mod dead_letter;
@@ -16,6 +17,7 @@ pub mod delivery;
 pub mod inbox;
 pub mod messages;
 pub mod offsets;
+pub mod parked;
 pub mod parts;
 pub mod projection;
 pub mod projector;

@@ -10,6 +10,7 @@ use crate::inbound::dead_letter_log::DeadLetterLog;
 use crate::inbound::delivery::{Delivery, EventMeta};
 use crate::inbound::inbox::Inbox;
 use crate::inbound::offsets::OffsetStore;
+use crate::inbound::parked::KeyVersions;
 use crate::inbound::projection::Projection;
 use crate::metrics as m;
 use crate::pubsub::PubSub;
@@ -47,6 +48,8 @@ pub struct ConsumerStats {
     pub dead_lettered: AtomicU64,
     /// Events whose projection transaction failed (handler, statement or commit).
     pub failed: AtomicU64,
+    /// Events acked into a parked key's keeping (contiguous projections).
+    pub parked: AtomicU64,
     /// Received and not yet acked or nacked.
     pub outstanding: AtomicU64,
     /// The most ever outstanding at once (flow control bounds it).
@@ -63,6 +66,7 @@ pub struct StatsSnapshot {
     pub nacked: u64,
     pub dead_lettered: u64,
     pub failed: u64,
+    pub parked: u64,
     pub outstanding: u64,
     pub peak_outstanding: u64,
 }
@@ -78,6 +82,7 @@ impl ConsumerStats {
             nacked: get(&self.nacked),
             dead_lettered: get(&self.dead_lettered),
             failed: get(&self.failed),
+            parked: get(&self.parked),
             outstanding: get(&self.outstanding),
             peak_outstanding: get(&self.peak_outstanding),
         }
@@ -118,6 +123,8 @@ pub struct ConsumerParts<P: Projection> {
     pub transactions: tokio::sync::Semaphore,
     pub inbox: Inbox,
     pub offsets: OffsetStore,
+    /// Contiguous projections: each key's version, and parked keys.
+    pub versions: KeyVersions,
     pub dead_letters: DeadLetters,
     pub dead_letter_log: DeadLetterLog,
     /// This process, as recorded in `consumer_offsets.updated_by`.
@@ -141,6 +148,25 @@ impl<P: Projection> ConsumerParts<P> {
         #[allow(clippy::cast_precision_loss)]
         metrics::gauge!(m::DLQ_MESSAGE_COUNT, "subscription" => self.spec.subscription.clone())
             .set(open as f64);
+    }
+
+    /// Sets `courier_projection_parked_keys{consumer_group}` from the database (an operator's
+    /// release, in another process, lowers it).
+    pub(crate) async fn refresh_parked_gauge(&self) {
+        match self.versions.list(&self.pool).await {
+            Ok(parked) => {
+                let mine = parked
+                    .iter()
+                    .filter(|p| p.consumer_group == self.spec.group)
+                    .count();
+                #[allow(clippy::cast_precision_loss)]
+                metrics::gauge!(m::PROJECTION_PARKED_KEYS, "consumer_group" => self.spec.group.clone())
+                    .set(mine as f64);
+            }
+            Err(e) => {
+                tracing::warn!(consumer_group = %self.spec.group, error = %e, "cannot count parked keys")
+            }
+        }
     }
 
     /// Gives a delivery back to Pub/Sub for redelivery.

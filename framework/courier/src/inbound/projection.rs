@@ -77,6 +77,23 @@ pub trait Projection: Send + Sync + 'static {
         schema_version == 1
     }
 
+    /// Whether this projection's events are deltas: version n+1 applies only on top of n
+    /// (an update carrying just the changed fields, a counter increment). Then the framework
+    /// keeps each key's version and applies a key's events strictly one after another: a gap
+    /// (v3 when v1 is stored) holds the key for `consumer.gap_wait_secs`, then parks it with
+    /// its waiting events until an operator releases it (`courier parked`). A projection whose
+    /// events each carry the whole state (a versioned upsert) needs none of this.
+    fn contiguous_versions(&self) -> bool {
+        false
+    }
+
+    /// With contiguous versions: whether `event` carries the aggregate's whole state (a
+    /// create, a snapshot from a backfill), and so applies whatever version its key stands at,
+    /// superseding the versions before it instead of waiting for them.
+    fn is_whole_state(&self, _meta: &EventMeta, _event: &Self::Event) -> bool {
+        false
+    }
+
     /// Applies one event in `tx`. Must be idempotent by effect for replays (use
     /// [`VersionedUpsert`]); must not commit or roll back. Run fixed statements through
     /// [`PgTransaction::prepared`]: they are then parsed and planned once per connection.

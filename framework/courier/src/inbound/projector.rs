@@ -90,6 +90,8 @@ struct Settled<E> {
     done: Vec<i64>,
     /// The oldest version given back to Pub/Sub, if any: later ones must wait for it.
     nacked: Option<i64>,
+    /// Contiguous projections: the version missing before the ones in `back`.
+    gap: Option<i64>,
     /// Not tried this time, to go back to the front of the queue in this order.
     back: Vec<Delivery<E>>,
 }
@@ -100,6 +102,7 @@ impl<E> Settled<E> {
             count: 0,
             done: Vec::new(),
             nacked: None,
+            gap: None,
             back: Vec::new(),
         }
     }
@@ -123,19 +126,32 @@ impl<E> Settled<E> {
     fn and(mut self, other: Settled<E>) -> Self {
         self.count += other.count;
         self.done.extend(other.done);
-        self.nacked = match (self.nacked, other.nacked) {
+        let min = |a: Option<i64>, b: Option<i64>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.nacked = min(self.nacked, other.nacked);
+        self.gap = min(self.gap, other.gap);
         self.back.extend(other.back);
         self
     }
 }
 
-/// A version this projector gave back to Pub/Sub: later versions wait until it is settled.
+/// A version the key waits for; later versions are held until it is settled.
 struct Gate {
     version: i64,
-    since: Instant,
+    /// When the wait ends anyway: `gate_timeout_secs` after a nack, `gap_wait_secs` after a
+    /// gap (contiguous projections).
+    deadline: Instant,
+}
+
+/// Why a key waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaiting {
+    /// The projector gave this version back to Pub/Sub.
+    Nacked,
+    /// A later version came first (contiguous projections).
+    Gap,
 }
 
 pub struct Projector<P: Projection> {
@@ -180,16 +196,25 @@ impl<P: Projection> Projector<P> {
     }
 
     /// Passivates when idle (a closed gate counts as queued in the registry, so a gated key
-    /// never leaves), and opens a gate that waited too long.
+    /// never leaves), and ends a wait that lasted too long: a contiguous projection parks the
+    /// key with what it holds, any other goes on with a warning.
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        let timeout = Duration::from_secs(self.parts.settings.gate_timeout_secs);
-        if let Some(gate) = self.gate.as_ref().filter(|g| g.since.elapsed() >= timeout) {
-            tracing::warn!(ordering_key = %self.key, consumer_group = %self.parts.spec.group,
-                version = gate.version, held = self.waiting.len(), waited_secs = timeout.as_secs(),
-                "the event given back to Pub/Sub did not return; applying the later ones");
-            metrics::counter!(m::PROJECTION_GATE_TIMEOUTS_TOTAL).increment(1);
-            self.open_gate();
-            self.pump(ctx);
+        let expired = self
+            .gate
+            .as_ref()
+            .filter(|g| !self.busy && Instant::now() >= g.deadline)
+            .map(|g| g.version);
+        if let Some(version) = expired {
+            if self.parts.projection.contiguous_versions() && !self.waiting.is_empty() {
+                self.park_held(ctx, version);
+            } else {
+                tracing::warn!(ordering_key = %self.key, consumer_group = %self.parts.spec.group,
+                    version, held = self.waiting.len(),
+                    "the awaited version did not return; applying the later ones");
+                metrics::counter!(m::PROJECTION_GATE_TIMEOUTS_TOTAL).increment(1);
+                self.open_gate();
+                self.pump(ctx);
+            }
         }
         let idle = !self.busy
             && self.waiting.is_empty()
@@ -199,15 +224,40 @@ impl<P: Projection> Projector<P> {
         }
     }
 
-    fn close_gate(&mut self, version: i64) {
+    /// Parks the key behind `expected` with every delivery it holds (kept in the database,
+    /// acked), then lets it go on: what arrives later finds the key parked and joins them.
+    fn park_held(&mut self, ctx: &mut Context<Self>, expected: i64) {
+        let held: Vec<Delivery<P::Event>> = self.waiting.drain(..).collect();
+        self.busy = true;
+        let parts = self.parts.clone();
+        let key = self.key.clone();
+        ctx.spawn(
+            park(parts, key, expected, held)
+                .into_actor(self)
+                .map(|settled, act, ctx| {
+                    act.busy = false;
+                    act.last_active = Instant::now();
+                    act.queued.finished(settled);
+                    act.open_gate();
+                    act.pump(ctx);
+                }),
+        );
+    }
+
+    fn close_gate(&mut self, version: i64, awaiting: Awaiting) {
         match &mut self.gate {
             Some(gate) => gate.version = gate.version.min(version),
             None => {
                 self.queued.expect_one();
                 metrics::gauge!(m::PROJECTION_GATED_KEYS).increment(1.0);
+                let settings = &self.parts.settings;
+                let wait = match awaiting {
+                    Awaiting::Nacked => settings.gate_timeout_secs,
+                    Awaiting::Gap => settings.gap_wait_secs,
+                };
                 self.gate = Some(Gate {
                     version,
-                    since: Instant::now(),
+                    deadline: Instant::now() + Duration::from_secs(wait),
                 });
             }
         }
@@ -251,7 +301,10 @@ impl<P: Projection> Projector<P> {
                     }
                     act.queued.finished(settled.count);
                     if let Some(version) = settled.nacked {
-                        act.close_gate(version);
+                        act.close_gate(version, Awaiting::Nacked);
+                    }
+                    if let Some(version) = settled.gap {
+                        act.close_gate(version, Awaiting::Gap);
                     }
                     let awaited = act.gate.as_ref().map(|g| g.version);
                     if awaited.is_some_and(|v| settled.done.contains(&v)) {
@@ -305,6 +358,77 @@ impl<P: Projection> Handler<Stop> for Projector<P> {
     }
 }
 
+/// Parks `key` behind `expected` with `held` in one transaction, then acks them; returns how
+/// many deliveries it settled. If the database fails, they are nacked instead (Pub/Sub brings
+/// them back, and the gap holds them again).
+async fn park<P: Projection>(
+    parts: Arc<ConsumerParts<P>>,
+    key: String,
+    expected: i64,
+    held: Vec<Delivery<P::Event>>,
+) -> usize {
+    let count = held.len();
+    let group = &parts.spec.group;
+    let reason = format!(
+        "version {expected} did not come within {} s",
+        parts.settings.gap_wait_secs
+    );
+    let parked = async {
+        let _slot = parts.transactions.acquire().await;
+        let mut client = parts
+            .pool
+            .get()
+            .await
+            .map_err(DbError::pool(format!("park key {key:?} of group {group}")))?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(DbError::query(format!("park key {key:?} of group {group}")))?;
+        let events: Vec<(&EventMeta, &google_cloud_pubsub::model::Message)> =
+            held.iter().map(|d| (&d.meta, &d.message)).collect();
+        parts
+            .versions
+            .park(
+                &tx,
+                group,
+                &parts.spec.subscription,
+                &key,
+                expected,
+                &reason,
+                &events,
+            )
+            .await?;
+        tx.commit()
+            .await
+            .map_err(DbError::query(format!("park key {key:?} of group {group}")))?;
+        Ok::<_, DbError>(())
+    }
+    .await;
+    match parked {
+        Ok(()) => {
+            tracing::warn!(ordering_key = %key, consumer_group = %group, expected_version = expected,
+                held = count, %reason, "key parked; `courier parked release` lets it go on");
+            parts
+                .stats
+                .parked
+                .fetch_add(count as u64, Ordering::Relaxed);
+            metrics::counter!(m::PROJECTION_PARKED_EVENTS_TOTAL).increment(count as u64);
+            for delivery in held {
+                parts.ack(delivery);
+            }
+            parts.refresh_parked_gauge().await;
+        }
+        Err(error) => {
+            tracing::error!(ordering_key = %key, consumer_group = %group, %error,
+                "cannot park the key; its held events go back to Pub/Sub");
+            for delivery in held {
+                parts.nack(delivery);
+            }
+        }
+    }
+    count
+}
+
 /// The next transaction's items: the oldest waiting ones, up to `max`; behind a closed gate
 /// only versions up to the gate's, the later ones staying in order.
 fn take_ready<T>(
@@ -338,12 +462,20 @@ async fn project<P: Projection>(
 ) -> Settled<P::Event> {
     let count = group.len();
     match apply_with_retries(&parts, &group).await {
-        Ok(applied) => {
-            let done = group.iter().map(|d| d.meta.version).collect();
-            settle_committed(&parts, group, applied).await;
+        Ok(committed) => {
+            let (back, settle): (Vec<_>, Vec<_>) = group
+                .into_iter()
+                .enumerate()
+                .partition(|(i, _)| committed.kept_back.contains(i));
+            let settle: Vec<Delivery<P::Event>> = settle.into_iter().map(|(_, d)| d).collect();
+            let done = settle.iter().map(|d| d.meta.version).collect();
+            let count = settle.len();
+            settle_committed(&parts, settle, committed.applied, committed.parked).await;
             Settled {
                 count,
                 done,
+                gap: committed.expected,
+                back: back.into_iter().map(|(_, d)| d).collect(),
                 ..Settled::nothing()
             }
         }
@@ -408,12 +540,12 @@ async fn project<P: Projection>(
 async fn apply_with_retries<P: Projection>(
     parts: &ConsumerParts<P>,
     group: &[Delivery<P::Event>],
-) -> Result<usize, TransactionFailure> {
+) -> Result<Committed, TransactionFailure> {
     let mut outage_retries = 0u32;
     let mut transient_retries = 0u32;
     loop {
         let failure = match apply(parts, group).await {
-            Ok(applied) => return Ok(applied),
+            Ok(committed) => return Ok(committed),
             Err(failure) => failure,
         };
         let delay = if failure.is_unavailable() {
@@ -449,7 +581,7 @@ async fn apply_with_retries<P: Projection>(
 async fn apply<P: Projection>(
     parts: &ConsumerParts<P>,
     group: &[Delivery<P::Event>],
-) -> Result<usize, TransactionFailure> {
+) -> Result<Committed, TransactionFailure> {
     let group_name = &parts.spec.group;
     // Held (inside the `Result`) until the transaction ends; the semaphore is never closed.
     let _slot = parts.transactions.acquire().await;
@@ -465,27 +597,142 @@ async fn apply<P: Projection>(
     }
 }
 
+/// What a committed transaction did with its group.
+#[derive(Debug, Default)]
+struct Committed {
+    /// Events that took effect for the first time.
+    applied: usize,
+    /// Indices (into the group) of deliveries not settled: behind a gap (contiguous
+    /// projections), waiting for `expected`.
+    kept_back: Vec<usize>,
+    expected: Option<i64>,
+    /// Deliveries kept in the database for their parked key, acked.
+    parked: usize,
+}
+
+/// How a contiguous projection's group divides against the key's stored version.
+#[derive(Debug, PartialEq, Eq)]
+struct ContiguousPlan {
+    /// Indices to apply, in version order: stored + 1, stored + 2, …
+    apply: Vec<usize>,
+    /// Indices at or below a version already applied, or repeated in the group.
+    stale: Vec<usize>,
+    /// Indices past a gap, in version order.
+    gap: Vec<usize>,
+    /// The version the key needs next.
+    expected: i64,
+}
+
+/// `events`: (version, carries the whole state) per delivery. A whole-state event applies at
+/// any version from the expected one on, and what waited before it is superseded (stale).
+fn plan_contiguous(events: &[(i64, bool)], stored: i64) -> ContiguousPlan {
+    let mut order: Vec<usize> = (0..events.len()).collect();
+    order.sort_by_key(|&i| events[i].0);
+    let mut plan = ContiguousPlan {
+        apply: Vec::new(),
+        stale: Vec::new(),
+        gap: Vec::new(),
+        expected: stored + 1,
+    };
+    for i in order {
+        let (version, whole) = events[i];
+        if version < plan.expected {
+            plan.stale.push(i);
+        } else if whole || (version == plan.expected && plan.gap.is_empty()) {
+            plan.stale.append(&mut plan.gap);
+            plan.apply.push(i);
+            plan.expected = version + 1;
+        } else {
+            plan.gap.push(i);
+        }
+    }
+    plan
+}
+
 async fn transact<P: Projection>(
     parts: &ConsumerParts<P>,
     client: &mut PgConnection,
     group: &[Delivery<P::Event>],
-) -> Result<usize, TransactionFailure> {
+) -> Result<Committed, TransactionFailure> {
     let group_name = &parts.spec.group;
     let tx = client.transaction().await.map_err(DbError::query(format!(
         "begin projection transaction of group {group_name}"
     )))?;
+    let key = group[0].meta.routing_key();
+    let mut committed = Committed::default();
+    // Parked here, acked after the commit: not in the inbox, so they apply when released.
+    let mut parked_now: Vec<usize> = Vec::new();
+    // Which deliveries may take effect, in which order; the others are stale, or kept back.
+    let candidates: Vec<usize> = if parts.projection.contiguous_versions() {
+        let stored = parts.versions.stored(&tx, group_name, key).await?;
+        let events: Vec<(i64, bool)> = group
+            .iter()
+            .map(|d| {
+                let whole = parts.projection.is_whole_state(&d.meta, &d.event);
+                (d.meta.version, whole)
+            })
+            .collect();
+        let plan = plan_contiguous(&events, stored);
+        if let (Some(first), Some(last)) = (plan.apply.first(), plan.apply.last()) {
+            let (version, published) = (group[*last].meta.version, group[*first].meta.publish_time);
+            parts
+                .versions
+                .advance(&tx, group_name, key, version, published)
+                .await?;
+        }
+        if !plan.gap.is_empty() {
+            if parts.versions.is_parked(&tx, group_name, key).await? {
+                let held: Vec<(&EventMeta, &google_cloud_pubsub::model::Message)> = plan
+                    .gap
+                    .iter()
+                    .map(|&i| (&group[i].meta, &group[i].message))
+                    .collect();
+                let reason = format!("waiting for version {}", plan.expected);
+                parts
+                    .versions
+                    .park(
+                        &tx,
+                        group_name,
+                        &parts.spec.subscription,
+                        key,
+                        plan.expected,
+                        &reason,
+                        &held,
+                    )
+                    .await?;
+                committed.parked = held.len();
+                parked_now = plan.gap;
+            } else {
+                committed.kept_back = plan.gap;
+                committed.expected = Some(plan.expected);
+            }
+        }
+        plan.apply
+    } else {
+        (0..group.len()).collect()
+    };
+    let settled = || {
+        group
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !committed.kept_back.contains(i))
+            .map(|(_, d)| d)
+    };
     let seen: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = group
         .iter()
-        .map(|d| (d.meta.event_id, d.meta.publish_time))
+        .enumerate()
+        .filter(|(i, _)| !committed.kept_back.contains(i) && !parked_now.contains(i))
+        .map(|(_, d)| (d.meta.event_id, d.meta.publish_time))
         .collect();
     let mut fresh = parts.inbox.record(&tx, group_name, &seen).await?;
-    let new_events: Vec<(&EventMeta, &P::Event)> = group
+    let new_events: Vec<(&EventMeta, &P::Event)> = candidates
         .iter()
+        .map(|&i| &group[i])
         // `remove`: an event twice in one group takes effect once.
         .filter(|d| fresh.remove(&d.meta.event_id))
         .map(|d| (&d.meta, &d.event))
         .collect();
-    let applied = new_events.len();
+    committed.applied = new_events.len();
     if let Some((first, _)) = new_events.first() {
         parts
             .projection
@@ -493,11 +740,11 @@ async fn transact<P: Projection>(
             .await
             .map_err(|error| TransactionFailure::Handler {
                 event_id: first.event_id,
-                events: applied,
+                events: new_events.len(),
                 error,
             })?;
     }
-    if let Some(newest) = group.iter().max_by_key(|d| d.meta.publish_time) {
+    if let Some(newest) = settled().max_by_key(|d| d.meta.publish_time) {
         let lag_millis = parts
             .offsets
             .save(
@@ -518,19 +765,27 @@ async fn transact<P: Projection>(
     tx.commit().await.map_err(DbError::query(format!(
         "commit projection transaction of group {group_name}"
     )))?;
-    Ok(applied)
+    Ok(committed)
 }
 
 async fn settle_committed<P: Projection>(
     parts: &ConsumerParts<P>,
     group: Vec<Delivery<P::Event>>,
     applied: usize,
+    parked: usize,
 ) {
     if let Some(hook) = &parts.before_ack {
         let metas: Vec<EventMeta> = group.iter().map(|d| d.meta.clone()).collect();
         hook(&metas).await;
     }
-    let duplicates = group.len() - applied;
+    let duplicates = group.len() - applied - parked;
+    if parked > 0 {
+        parts
+            .stats
+            .parked
+            .fetch_add(parked as u64, Ordering::Relaxed);
+        metrics::counter!(m::PROJECTION_PARKED_EVENTS_TOTAL).increment(parked as u64);
+    }
     parts
         .stats
         .applied
@@ -567,7 +822,7 @@ fn note_failure<P: Projection>(
 
 #[cfg(test)]
 mod tests {
-    use super::take_ready;
+    use super::{plan_contiguous, take_ready, ContiguousPlan};
     use std::collections::VecDeque;
 
     fn take(waiting: &mut VecDeque<i64>, gate: Option<i64>, max: usize) -> Vec<i64> {
@@ -600,5 +855,44 @@ mod tests {
         let mut waiting = VecDeque::from([1, 2, 9, 2]);
         assert_eq!(take(&mut waiting, Some(2), 2), vec![1, 2]);
         assert_eq!(waiting, VecDeque::from([9, 2]));
+    }
+
+    #[test]
+    fn a_contiguous_plan_applies_the_chain_in_version_order_and_keeps_back_past_a_gap() {
+        // Stored 2; arrived: v4, v3, v2 (stale), v6 (past the gap at 5), v4 again.
+        let deltas = |versions: &[i64]| versions.iter().map(|&v| (v, false)).collect::<Vec<_>>();
+        assert_eq!(
+            plan_contiguous(&deltas(&[4, 3, 2, 6, 4]), 2),
+            ContiguousPlan {
+                apply: vec![1, 0],
+                stale: vec![2, 4],
+                gap: vec![3],
+                expected: 5,
+            }
+        );
+        // Nothing stored: the key starts at v1.
+        let plan = plan_contiguous(&deltas(&[2, 3]), 0);
+        assert_eq!(
+            (plan.apply, plan.gap, plan.expected),
+            (vec![], vec![0, 1], 1)
+        );
+    }
+
+    #[test]
+    fn a_whole_state_event_applies_over_a_gap_and_supersedes_what_waited() {
+        // Stored 1; v3 (delta) waits for v2, then a snapshot at v5 arrives, then v6.
+        let plan = plan_contiguous(&[(3, false), (5, true), (6, false)], 1);
+        assert_eq!(
+            plan,
+            ContiguousPlan {
+                apply: vec![1, 2],
+                stale: vec![0],
+                gap: vec![],
+                expected: 7,
+            }
+        );
+        // A create (whole) starts a key that has seen nothing, at whatever version.
+        let plan = plan_contiguous(&[(4, true), (5, false)], 0);
+        assert_eq!((plan.apply, plan.expected), (vec![0, 1], 6));
     }
 }

@@ -123,7 +123,7 @@ pub struct RebuildReport {
 }
 
 /// Rebuilds the read model of the inbound subscription with role `role`: deletes its tables'
-/// rows (one transaction), resets the group's offset to `from` (audited; inbox rows since then
+/// rows and the group's key versions and parked keys (one transaction), resets the group's offset to `from` (audited; inbox rows since then
 /// forgotten) and seeks the subscription there, so the running consumer applies every event
 /// published since `from` again. Pub/Sub replays only what it retained (7 days by default).
 pub async fn rebuild(
@@ -163,6 +163,21 @@ pub async fn rebuild(
                 .await
                 .map_err(DbError::query(format!("clear {table}")))?;
             cleared.push(((*table).to_owned(), deleted));
+        }
+        // A delta projection's key versions and parked keys describe the cleared tables.
+        for table in ["projection_versions", "parked_events", "parked_keys"] {
+            tx.execute(
+                &format!(
+                    "DELETE FROM {}.{table} WHERE consumer_group = $1",
+                    config.database.schema
+                ),
+                &[&spec.group],
+            )
+            .await
+            .map_err(DbError::query(format!(
+                "clear {table} of group {}",
+                spec.group
+            )))?;
         }
         tx.commit().await.map_err(DbError::query(&context))?;
     }

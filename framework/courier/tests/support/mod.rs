@@ -71,6 +71,8 @@ pub struct Videos {
     pub calls: Arc<Mutex<HashMap<Uuid, u32>>>,
     /// Lets events titled [`UNTIL_RELEASED`] through.
     pub release: Arc<std::sync::atomic::AtomicBool>,
+    /// Declares the events deltas ([`Projection::contiguous_versions`]).
+    pub contiguous: bool,
 }
 
 impl Videos {
@@ -80,12 +82,26 @@ impl Videos {
                 .expect("valid upsert"),
             calls: Arc::default(),
             release: Arc::default(),
+            contiguous: false,
+        }
+    }
+
+    /// The same read model, its events declared deltas: a key's versions apply one after
+    /// another, a gap holds and then parks the key.
+    pub fn contiguous() -> Self {
+        Self {
+            contiguous: true,
+            ..Self::new()
         }
     }
 }
 
 impl Projection for Videos {
     type Event = Change;
+
+    fn contiguous_versions(&self) -> bool {
+        self.contiguous
+    }
 
     async fn apply(
         &self,

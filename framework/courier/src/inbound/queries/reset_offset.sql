@@ -7,6 +7,10 @@ WITH old AS (
 ), forgotten AS (
     DELETE FROM {schema}.inbox WHERE consumer_group = $1 AND publish_time >= $3
     RETURNING 1
+), restarted AS (
+    -- Contiguous projections: keys whose first event is replayed start again from it; keys
+    -- older than $3 keep their version, so their replayed events have no second effect.
+    DELETE FROM {schema}.projection_versions WHERE consumer_group = $1 AND first_publish_time >= $3
 ), moved AS (
     UPDATE {schema}.consumer_offsets
     SET publish_time = $3, message_id = NULL, updated_at = now(), updated_by = $4
