@@ -249,9 +249,14 @@ pub struct ConsumerConfig {
     /// Contiguous projections (delta events): how long a key with a gap (v3 arrived, v2 not
     /// applied) holds its later events waiting for the missing one before it is parked.
     pub gap_wait_secs: u64,
-    /// Events of one aggregate applied in one transaction when several are waiting (1 = one
-    /// transaction per event).
+    /// Events of one aggregate handed to the committer together when several are waiting
+    /// (its group; 1 = one event at a time). A transaction carries the groups of many keys.
     pub max_events_per_transaction: u32,
+    /// Events of many keys applied in one transaction: the committer gathers ready groups
+    /// until this many events wait (1: every key's group alone) …
+    pub commit_max_events: u32,
+    /// … or until the first has waited this long.
+    pub commit_linger_millis: u64,
     /// Per-aggregate projectors alive at once; at the cap an idle one is stopped first, and
     /// when none is idle routing waits (backpressure to the streams).
     pub max_live_projectors: u32,
@@ -313,6 +318,8 @@ impl Default for ConsumerConfig {
             gate_timeout_secs: 900,
             gap_wait_secs: 60,
             max_events_per_transaction: 50,
+            commit_max_events: 500,
+            commit_linger_millis: 5,
             max_live_projectors: 10_000,
             projector_idle_secs: 30,
             offset_lanes: 32,
@@ -584,6 +591,12 @@ impl CourierConfig {
                 "consumer.max_events_per_transaction",
                 "must be between 1 and 1000",
             );
+        }
+        if !(1..=10_000).contains(&c.commit_max_events) {
+            return invalid("consumer.commit_max_events", "must be between 1 and 10000");
+        }
+        if c.commit_linger_millis > 1_000 {
+            return invalid("consumer.commit_linger_millis", "must be at most 1000");
         }
         if c.max_live_projectors < 1 {
             return invalid("consumer.max_live_projectors", "must be at least 1");

@@ -61,6 +61,8 @@ pub const PROJECTION_GATE_TIMEOUTS_TOTAL: &str = "courier_projection_gate_timeou
 pub const PROJECTION_PARKED_KEYS: &str = "courier_projection_parked_keys";
 /// Events acked into a parked key's keeping (counter).
 pub const PROJECTION_PARKED_EVENTS_TOTAL: &str = "courier_projection_parked_events_total";
+/// Events (of one or many keys) per committed projection transaction (histogram).
+pub const PROJECTION_TRANSACTION_EVENTS: &str = "courier_projection_transaction_events";
 /// Live per-aggregate projector actors (gauge).
 pub const LIVE_PROJECTORS: &str = "courier_live_projectors";
 /// Messages received and not yet acked or nacked (gauge).

@@ -6,6 +6,7 @@
 
 use crate::config::CourierConfig;
 use crate::db::{DbError, PgPool};
+use crate::inbound::committer::Committer;
 use crate::inbound::dead_letter::DeadLetters;
 use crate::inbound::dead_letter_log::DeadLetterLog;
 use crate::inbound::inbox::Inbox;
@@ -142,9 +143,16 @@ pub async fn start<P: Projection>(
     let router_live = live.clone();
     let router_policy = config.supervision.projector_router;
     let escalate = options.escalate.clone();
+    // Stateless between batches: a restart loses only what was pending, whose projectors see
+    // their deliveries nacked.
+    let committer = Supervisor::start({
+        let parts = parts.clone();
+        move |_| Committer::new(parts)
+    });
     let router = Supervisor::start(move |_| {
         ProjectorRouter::new(
             router_parts,
+            committer.clone(),
             router_live,
             Supervision::new("projector_router", "router", router_policy, escalate),
         )

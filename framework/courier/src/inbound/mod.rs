@@ -2,7 +2,8 @@
 //!
 //! - [`consumer`]: starts Receiver → ProjectorRouter → Projector per aggregate for one
 //!   subscription and consumer group; how deliveries are acked, nacked or dead-lettered.
-//! - [`receiver`] → [`router`] → [`projector`]: the actors; [`messages`]: what they send;
+//! - [`receiver`] → [`router`] → [`projector`] → [`committer`]: the actors;
+//!   [`transaction`]: the projection transactions they run; [`messages`]: what they send;
 //!   [`parts`]: what they share (settings, handles, counters, ack/nack/dead-letter).
 //! - [`projection`]: what a service implements, and the versioned-upsert helper.
 //! - [`delivery`]: an event's metadata (from attributes) and its ack handle.
@@ -10,6 +11,7 @@
 //!   transaction; [`dead_letter`]: the dead-letter topic; [`parked`]: keys of delta
 //!   projections held behind a gap.
 
+pub mod committer;
 pub mod consumer;
 pub mod dead_letter;
 pub mod dead_letter_log;
@@ -23,6 +25,7 @@ pub mod projection;
 pub mod projector;
 pub mod receiver;
 pub mod router;
+pub mod transaction;
 
 pub use consumer::{
     Consumer, ConsumerError, ConsumerHandle, ConsumerOptions, ConsumerSpec, ConsumerStats,

@@ -11,6 +11,7 @@ use crate::inbound::delivery::EventMeta;
 use crate::pubsub::{PubSub, PubSubError};
 use chrono::{DateTime, Utc};
 use google_cloud_pubsub::model::Message;
+use std::collections::HashMap;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -80,7 +81,7 @@ impl KeyVersions {
     pub fn new(schema: &str) -> Self {
         Self {
             schema: schema.into(),
-            stored: render(include_str!("queries/key_version.sql"), schema),
+            stored: render(include_str!("queries/key_versions.sql"), schema),
             advance: render(include_str!("queries/advance_key_version.sql"), schema),
             park_key: render(include_str!("queries/park_key.sql"), schema),
             park_events: render(include_str!("queries/park_events.sql"), schema),
@@ -89,41 +90,47 @@ impl KeyVersions {
         }
     }
 
-    /// The version `key` stands at (0 before its first event), locked until `tx` ends.
+    /// The versions `keys` stand at (absent: nothing applied yet), locked until `tx` ends.
     pub async fn stored(
         &self,
         tx: &PgTransaction<'_>,
         group: &str,
-        key: &str,
-    ) -> Result<i64, DbError> {
-        let context = || format!("read the version of key {key:?} of group {group}");
+        keys: &[&str],
+    ) -> Result<HashMap<String, i64>, DbError> {
+        let context = || {
+            format!(
+                "read the versions of {} key(s) of group {group}",
+                keys.len()
+            )
+        };
         let statement = tx
             .prepared(&self.stored)
             .await
             .map_err(DbError::query(context()))?;
-        let row = tx
-            .query_opt(&statement, &[&group, &key])
+        let rows = tx
+            .query(&statement, &[&group, &keys])
             .await
             .map_err(DbError::query(context()))?;
-        Ok(row.map_or(0, |r| r.get(0)))
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    /// Moves `key` to `version` in `tx`; `published` is the publish time of the event that
-    /// starts the key, if this is its first advance.
+    /// Moves each key to its version in `tx`: (key, version, publish time of the event that
+    /// starts the key if this is its first advance).
     pub async fn advance(
         &self,
         tx: &PgTransaction<'_>,
         group: &str,
-        key: &str,
-        version: i64,
-        published: DateTime<Utc>,
+        moves: &[(&str, i64, DateTime<Utc>)],
     ) -> Result<(), DbError> {
-        let context = || format!("advance key {key:?} of group {group} to version {version}");
+        let context = || format!("advance {} key(s) of group {group}", moves.len());
         let statement = tx
             .prepared(&self.advance)
             .await
             .map_err(DbError::query(context()))?;
-        tx.execute(&statement, &[&group, &key, &version, &published])
+        let keys: Vec<&str> = moves.iter().map(|m| m.0).collect();
+        let versions: Vec<i64> = moves.iter().map(|m| m.1).collect();
+        let times: Vec<DateTime<Utc>> = moves.iter().map(|m| m.2).collect();
+        tx.execute(&statement, &[&group, &keys, &versions, &times])
             .await
             .map_err(DbError::query(context()))?;
         Ok(())
@@ -273,7 +280,8 @@ impl KeyVersions {
             .await
             .map_err(DbError::query(&context))?;
         if let Some(skip) = release.skip_to {
-            self.advance(&tx, group, key, skip - 1, Utc::now()).await?;
+            self.advance(&tx, group, &[(key.as_str(), skip - 1, Utc::now())])
+                .await?;
         }
         let audit_id: i64 = tx
             .query_one(

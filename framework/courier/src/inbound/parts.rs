@@ -50,6 +50,8 @@ pub struct ConsumerStats {
     pub failed: AtomicU64,
     /// Events acked into a parked key's keeping (contiguous projections).
     pub parked: AtomicU64,
+    /// Projection transactions committed (events per transaction = settled / this).
+    pub transactions: AtomicU64,
     /// Received and not yet acked or nacked.
     pub outstanding: AtomicU64,
     /// The most ever outstanding at once (flow control bounds it).
@@ -67,6 +69,7 @@ pub struct StatsSnapshot {
     pub dead_lettered: u64,
     pub failed: u64,
     pub parked: u64,
+    pub transactions: u64,
     pub outstanding: u64,
     pub peak_outstanding: u64,
 }
@@ -83,6 +86,7 @@ impl ConsumerStats {
             dead_lettered: get(&self.dead_lettered),
             failed: get(&self.failed),
             parked: get(&self.parked),
+            transactions: get(&self.transactions),
             outstanding: get(&self.outstanding),
             peak_outstanding: get(&self.peak_outstanding),
         }

@@ -5,6 +5,7 @@
 //! mailbox, synchronous hand-over). The registry ([`KeyedActors`], as for the key publishers)
 //! is shared with the projectors, which leave it themselves when idle.
 
+use crate::inbound::committer::Committer;
 use crate::inbound::delivery::Delivery;
 use crate::inbound::messages::{Deliver, Stop};
 use crate::inbound::parts::ConsumerParts;
@@ -25,6 +26,7 @@ const ROUTER_MAILBOX: usize = 1_024;
 
 pub struct ProjectorRouter<P: Projection> {
     parts: Arc<ConsumerParts<P>>,
+    committer: Addr<Committer<P>>,
     live: Arc<LiveProjectors<P>>,
     supervision: Supervision,
 }
@@ -32,11 +34,13 @@ pub struct ProjectorRouter<P: Projection> {
 impl<P: Projection> ProjectorRouter<P> {
     pub fn new(
         parts: Arc<ConsumerParts<P>>,
+        committer: Addr<Committer<P>>,
         live: Arc<LiveProjectors<P>>,
         supervision: Supervision,
     ) -> Self {
         Self {
             parts,
+            committer,
             live,
             supervision,
         }
@@ -70,6 +74,7 @@ impl<P: Projection> ProjectorRouter<P> {
         Projector::new(
             key.to_string(),
             self.parts.clone(),
+            self.committer.clone(),
             self.live.clone(),
             queued,
             mailbox,
