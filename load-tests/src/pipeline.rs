@@ -291,6 +291,7 @@ impl Pipeline {
             latency,
             canary,
             statements: finished.statements,
+            events_per_transaction: finished.events_per_transaction,
             verdict: judge(&facts),
             samples: finished.samples,
             unexpected_exits: finished.unexpected_exits,
@@ -314,11 +315,22 @@ impl Pipeline {
         } else {
             None
         };
+        let events_per_transaction = match self.rig.scope {
+            Scope::EndToEnd => client
+                .query_one(
+                    "SELECT count(*)::float8 / nullif(count(DISTINCT tx), 0) FROM load.applied",
+                    &[],
+                )
+                .await?
+                .get(0),
+            Scope::RelayOnly => None,
+        };
         Ok((
             Finished {
                 samples,
                 facts,
                 statements,
+                events_per_transaction,
                 unexpected_exits: std::mem::take(&mut self.workers.unexpected_exits),
             },
             std::mem::take(&mut self.strikes),
@@ -475,6 +487,7 @@ struct Finished {
     samples: Vec<Sample>,
     facts: crate::checker::Facts,
     statements: Option<Vec<crate::report::StatementCost>>,
+    events_per_transaction: Option<f64>,
     unexpected_exits: Vec<String>,
 }
 
@@ -486,6 +499,8 @@ pub struct Concluded {
     pub canary: Option<CanaryReading>,
     /// The run database's top statements (`None`: `pg_stat_statements` not loaded).
     pub statements: Option<Vec<crate::report::StatementCost>>,
+    /// Effects per projection transaction that had any (end to end only).
+    pub events_per_transaction: Option<f64>,
     pub verdict: Verdict,
     pub samples: Vec<Sample>,
     pub unexpected_exits: Vec<String>,
@@ -519,6 +534,12 @@ impl Concluded {
     pub fn fill(self, report: &mut Report, memory_window: (f64, f64)) {
         let (from, to) = memory_window;
         report.notes.push(self.cpu_per_event());
+        if let Some(per_transaction) = self.events_per_transaction {
+            report.notes.push(format!(
+                "projection: {per_transaction:.1} events per transaction (effects over the \
+                 distinct transactions that wrote them)"
+            ));
+        }
         for (label, drift, first, last) in drive::memory_drift(&self.samples, from, to) {
             let framework = label.starts_with("relay") || label.starts_with("consumer");
             let change = format!(

@@ -44,7 +44,9 @@ pub const SCHEMA: &str = "
         aggregate_id text NOT NULL,
         version bigint NOT NULL,
         intended_at timestamptz NOT NULL,
-        applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
+        applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        -- The projection transaction: events per transaction = rows / distinct values.
+        tx bigint NOT NULL DEFAULT txid_current());
     CREATE TABLE IF NOT EXISTS load.projection (
         aggregate_id text PRIMARY KEY,
         version bigint NOT NULL,
