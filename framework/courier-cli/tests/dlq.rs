@@ -2,43 +2,16 @@
 //! reasons and stay; republished ones reach the main topic's subscription again with their
 //! original attributes and ordering key, and leave the keeper.
 
+mod support;
+
 use courier::inbound::dead_letter::DeadLetters;
-use courier_testkit::{wait_until, Collector, TestDb, TestPubSub};
+use courier_testkit::{wait_until, Collector, TestPubSub};
 use google_cloud_pubsub::model::Message;
 use serde_json::Value;
-use std::process::Command;
 use std::time::Duration;
 
 async fn courier(pubsub: &TestPubSub, args: &[&str]) -> (bool, String, String) {
-    courier_with_db(pubsub, None, args).await
-}
-
-/// As `courier`, with the consuming service's database (its dead-letter log).
-async fn courier_with_db(
-    pubsub: &TestPubSub,
-    db: Option<&TestDb>,
-    args: &[&str],
-) -> (bool, String, String) {
-    let (host, project) = (pubsub.host.clone(), pubsub.config().project);
-    let url = db.map(|db| db.config.url.clone());
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_courier"))
-            .args(["--config", "/dev/null"])
-            .args(&args)
-            .env("PUBSUB_EMULATOR_HOST", host)
-            .env("COURIER_PUBSUB__PROJECT", project)
-            .envs(url.map(|url| ("COURIER_DATABASE__URL", url)))
-            .output()
-            .expect("run courier")
-    })
-    .await
-    .expect("join");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    support::courier(Some(pubsub), None, args).await
 }
 
 /// A topic with its consumer subscription (provisioned by `courier provision`) and two dead

@@ -2,34 +2,18 @@
 //! emulator: a skipped dead row is never sent and its key flows again; a retried one is
 //! published; both are audited.
 
+mod support;
+
 use courier::outbox::{NewEvent, Outbox, Relay, RelayOptions};
 use courier_testkit::{test_config, wait_until, Collector, TestDb, TestPubSub};
 use serde_json::Value;
-use std::process::Command;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Runs `courier <args>` against the test database; returns (success, stdout, stderr).
+/// Runs `courier <args>` against the test database.
 async fn courier(db: &TestDb, args: &[&str]) -> (bool, String, String) {
-    let url = db.config.url.clone();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_courier"))
-            .args(["--config", "/dev/null"])
-            .args(&args)
-            .env("COURIER_DATABASE__URL", url)
-            .env("USER", "test-operator")
-            .output()
-            .expect("run courier")
-    })
-    .await
-    .expect("join");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    support::courier(None, Some(db), args).await
 }
 
 async fn json(db: &TestDb, args: &[&str]) -> Value {

@@ -2,32 +2,14 @@
 //! listed with what it holds; releasing it with `--skip-to` moves its version, republishes its
 //! events to the topic in version order with their attributes and ordering key, and is audited.
 
+mod support;
+
 use courier_testkit::{wait_until, Collector, TestDb, TestPubSub};
 use serde_json::Value;
-use std::process::Command;
 use std::time::Duration;
 
 async fn courier(pubsub: &TestPubSub, db: &TestDb, args: &[&str]) -> (bool, String, String) {
-    let (host, project) = (pubsub.host.clone(), pubsub.config().project);
-    let url = db.config.url.clone();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_courier"))
-            .args(["--config", "/dev/null"])
-            .args(&args)
-            .env("PUBSUB_EMULATOR_HOST", host)
-            .env("COURIER_PUBSUB__PROJECT", project)
-            .env("COURIER_DATABASE__URL", url)
-            .output()
-            .expect("run courier")
-    })
-    .await
-    .expect("join");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    support::courier(Some(pubsub), Some(db), args).await
 }
 
 #[tokio::test]

@@ -52,7 +52,8 @@ pub struct CourierConfig {
     pub retention: RetentionConfig,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `Debug` shows the URLs with their passwords redacted ([`redact_url`]).
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
     /// libpq-style URL or key=value string of the service's database.
@@ -71,6 +72,66 @@ pub struct DatabaseConfig {
     pub pool_size: u32,
     /// How long to wait for a pooled connection before failing (transiently).
     pub connect_timeout_secs: u64,
+}
+
+/// A PostgreSQL connection string with any password replaced by `***`: the URL form
+/// (`postgres://user:secret@host/db`, `?password=secret`) and the key=value form
+/// (`password=secret`, quoted or not).
+pub fn redact_url(url: &str) -> String {
+    let mut redacted = url.to_string();
+    if let Some(scheme_end) = redacted.find("://") {
+        let rest = scheme_end + 3;
+        let authority_end = redacted[rest..]
+            .find(['/', '?'])
+            .map_or(redacted.len(), |i| rest + i);
+        if let Some(at) = redacted[rest..authority_end].rfind('@').map(|i| rest + i) {
+            if let Some(colon) = redacted[rest..at].find(':').map(|i| rest + i) {
+                redacted.replace_range(colon + 1..at, "***");
+            }
+        }
+    }
+    let mut out = String::with_capacity(redacted.len());
+    let mut rest = redacted.as_str();
+    while let Some(i) = rest.find("password=") {
+        let value_start = i + "password=".len();
+        out.push_str(&rest[..value_start]);
+        out.push_str("***");
+        let value = &rest[value_start..];
+        let end = if let Some(quoted) = value.strip_prefix('\'') {
+            quoted.find('\'').map_or(value.len(), |j| j + 2)
+        } else {
+            value.find([' ', '&']).unwrap_or(value.len())
+        };
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+impl std::fmt::Debug for DatabaseConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseConfig")
+            .field("url", &redact_url(&self.url))
+            .field("schema", &self.schema)
+            .field("role", &self.role)
+            .field("admin_url", &self.admin_url.as_deref().map(redact_url))
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("listen", &self.listen)
+            .field(
+                "auth_token",
+                &self.auth_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("read_wait_millis", &self.read_wait_millis)
+            .finish()
+    }
 }
 
 impl Default for DatabaseConfig {
@@ -353,7 +414,8 @@ pub struct MetricsConfig {
     pub listen: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `Debug` shows whether a bearer token is set, never the token.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
     /// `host:port` the service's HTTP server binds (port 0 picks a free one).
@@ -718,6 +780,53 @@ mod tests {
         let config = CourierConfig::from_toml_and_env("", env(&[])).expect("defaults");
         assert_eq!(config.relay.claim_batch_size, 200);
         assert_eq!(config.database.schema, "courier");
+    }
+
+    #[test]
+    fn passwords_and_the_bearer_token_never_show_in_debug_output() {
+        let secrets = [
+            "s3cret-pass",
+            "other-secret",
+            "qs-secret",
+            "token-0123456789-secret",
+        ];
+        let config = CourierConfig::from_toml_and_env(
+            "[database]\nurl = \"postgres://catalog:s3cret-pass@db.internal:5432/app?sslmode=require\"\n\
+             admin_url = \"host=db user=postgres password='other-secret' dbname=app\"\n\
+             [http]\nauth_token = \"token-0123456789-secret\"\n",
+            env(&[]),
+        )
+        .expect("valid");
+        for rendered in [format!("{config:?}"), format!("{config:#?}")] {
+            for secret in secrets {
+                assert!(!rendered.contains(secret), "{secret} in {rendered}");
+            }
+            assert!(rendered.contains("catalog:***@db.internal"), "{rendered}");
+            assert!(rendered.contains("<redacted>"), "{rendered}");
+        }
+        assert_eq!(
+            redact_url("postgres://u@h/db?password=qs-secret&sslmode=require"),
+            "postgres://u@h/db?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("host=h password=p user=u"),
+            "host=h password=*** user=u"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        // A URL that does not parse is refused naming the key, not echoing the value.
+        let err = CourierConfig::from_toml_and_env(
+            "[database]\nurl = \"postgres://u:s3cret-pass@h:notaport/db\"\n",
+            env(&[]),
+        )
+        .expect_err("bad url");
+        assert!(!err.to_string().contains("s3cret-pass"), "{err}");
+        // An environment override is redacted the same way.
+        let config = CourierConfig::from_toml_and_env(
+            "",
+            env(&[("COURIER_DATABASE__URL", "postgres://a:s3cret-pass@h/db")]),
+        )
+        .expect("valid");
+        assert!(!format!("{config:?}").contains("s3cret-pass"));
     }
 
     #[test]
