@@ -154,7 +154,7 @@ async fn measure(
                     "bench.append",
                     "video",
                     &key,
-                    "VideoCreated",
+                    "video.created",
                     1,
                     vec![7u8; 200],
                 );

@@ -176,7 +176,7 @@ async fn park(db: &TestDb, count: u64, shards: u32) -> anyhow::Result<()> {
                                     version, schema_version, payload, occurred_at,
                                     publish_attempts, next_retry_at, last_error)
         SELECT gen_random_uuid(), (i % $2::int)::int, 't.events', 'video', 'parked-' || i,
-               'VideoUpdated', 1, 1, convert_to(repeat('p', 200), 'UTF8'), now(),
+               'video.updated', 1, 1, convert_to(repeat('p', 200), 'UTF8'), now(),
                1, now() + interval '1 hour', 'unavailable'
         FROM generate_series(0::bigint, $1::bigint - 1) i";
     let conn = db.client().await?;

@@ -423,7 +423,7 @@ async fn insert_history(db: &TestDb, topic: &str, count: u64, shards: u32) -> an
                                     version, schema_version, payload, occurred_at, created_at,
                                     published_at, publish_attempts)
         SELECT gen_random_uuid(), (i % $3::int)::int, $1, 'video', 'history-' || (i / 100),
-               'VideoUpdated', i % 100 + 1, 1, convert_to(repeat('h', 200), 'UTF8'),
+               'video.updated', i % 100 + 1, 1, convert_to(repeat('h', 200), 'UTF8'),
                now() - interval '1 day', now() - interval '1 day', now() - interval '1 day', 1
         FROM generate_series(0::bigint, $2::bigint - 1) i";
     let conn = db.client().await?;

@@ -21,7 +21,7 @@ pub fn events(topic: &str, count: u64, keys: u64) -> Vec<NewEvent> {
                 topic,
                 "video",
                 key,
-                "VideoUpdated",
+                "video.updated",
                 version,
                 payload.into_bytes(),
             )

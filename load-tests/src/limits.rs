@@ -84,7 +84,7 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<Report> {
 const PLAIN_INSERT: &str = "
     INSERT INTO courier.outbox (id, shard, topic, aggregate_type, aggregate_id, event_type,
                                 version, schema_version, payload, occurred_at)
-    VALUES ($1, 0, 'limits', 'video', $2, 'VideoUpdated', 1, 1, $3, now())";
+    VALUES ($1, 0, 'limits', 'video', $2, 'video.updated', 1, 1, $3, now())";
 
 /// PostgreSQL's write ceiling: `clients` sessions committing transactions of `events_per_tx`
 /// prepared outbox-row inserts (no NOTIFY, no framework) for `seconds`.
@@ -149,7 +149,7 @@ pub(crate) fn message(key: &str, version: i64, data: Vec<u8>) -> Message {
         .set_attributes(attributes::build(
             RequiredFields {
                 event_id: uuid::Uuid::now_v7(),
-                event_type: "VideoUpdated",
+                event_type: "video.updated",
                 aggregate_id: key,
                 aggregate_type: "video",
                 version,

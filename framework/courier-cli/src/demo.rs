@@ -239,7 +239,7 @@ async fn append_events(
             &topic,
             "video",
             key,
-            "VideoUpdated",
+            "video.updated",
             version,
             payload.into_bytes(),
         )

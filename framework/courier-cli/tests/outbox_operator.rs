@@ -38,7 +38,7 @@ async fn dead_rows_are_listed_skipped_and_retried_with_an_audit_trail() -> anyho
     // k1 v1..v3 and k2 v1, then k1 v1 and k2 v1 "die" (as the relay marks exhausted rows).
     let events: Vec<NewEvent> = [("k1", 1), ("k1", 2), ("k1", 3), ("k2", 1)]
         .iter()
-        .map(|(key, v)| NewEvent::new(&topic, "video", *key, "VideoUpdated", *v, vec![1u8]))
+        .map(|(key, v)| NewEvent::new(&topic, "video", *key, "video.updated", *v, vec![1u8]))
         .collect();
     let ids: Vec<String> = events.iter().map(|e| e.event_id.to_string()).collect();
     {
@@ -184,7 +184,7 @@ async fn status_shows_each_relays_publish_limit() -> anyhow::Result<()> {
                 &topic,
                 "video",
                 format!("k{i}"),
-                "VideoUpdated",
+                "video.updated",
                 1,
                 vec![1u8],
             )

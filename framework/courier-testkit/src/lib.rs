@@ -47,7 +47,7 @@ pub fn keyed_event(topic: &str, key: &str, version: i64) -> courier::outbox::New
         topic,
         "video",
         key,
-        "VideoChanged",
+        "video.changed",
         version,
         format!("{key}:{version}").into_bytes(),
     )

@@ -34,7 +34,7 @@ async fn setup(events: &[(&str, i64)]) -> anyhow::Result<Setup> {
                 "t.events",
                 "video",
                 *key,
-                "VideoChanged",
+                "video.changed",
                 *version,
                 b"x".to_vec(),
             )
@@ -237,7 +237,7 @@ async fn outbox_with_parked_rows(parked: i64, analyzed: Analyzed) -> anyhow::Res
     let insert = "
         INSERT INTO courier.outbox (id, shard, topic, aggregate_type, aggregate_id, event_type,
                                     version, schema_version, payload, occurred_at)
-        SELECT gen_random_uuid(), 0, 't.events', 'video', $1 || (i % $3), 'VideoChanged',
+        SELECT gen_random_uuid(), 0, 't.events', 'video', $1 || (i % $3), 'video.changed',
                i / $3 + $4, 1, '\\x78'::bytea, now()
         FROM generate_series(0::bigint, $2::bigint - 1) i";
     let client = s.db.client().await?;

@@ -76,7 +76,7 @@ async fn a_hundred_thousand_distinct_keys_leave_no_state_and_no_memory_behind() 
             let events = (0..1_000)
                 .map(|i| {
                     let key = format!("video-{round}-{chunk}-{i}");
-                    NewEvent::new(&topic, "video", key, "VideoCreated", 1, vec![7u8; 64])
+                    NewEvent::new(&topic, "video", key, "video.created", 1, vec![7u8; 64])
                 })
                 .collect();
             let mut conn = db.pool.get().await?;

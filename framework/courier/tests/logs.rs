@@ -121,7 +121,7 @@ async fn log_lines_about_an_event_name_it_and_carry_no_payload_or_password() -> 
         Outbox::new(&s.config)
             .append(
                 &tx,
-                NewEvent::new(&topic, "video", "logged-key", "VideoUpdated", 1, payload),
+                NewEvent::new(&topic, "video", "logged-key", "video.updated", 1, payload),
             )
             .await?;
         tx.commit().await?;

@@ -23,7 +23,7 @@ async fn history(db: &TestDb, config: &courier::CourierConfig) -> anyhow::Result
                 "retention.events",
                 "video",
                 format!("k{i}"),
-                "VideoUpdated",
+                "video.updated",
                 1,
                 vec![1u8],
             )

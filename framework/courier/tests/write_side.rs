@@ -177,7 +177,7 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do(
             .expect("committed event delivered");
         assert_eq!(got.ordering_key, "video-1");
         assert_eq!(got.data, sent.payload);
-        assert_eq!(got.attribute("event_type"), Some("VideoChanged"));
+        assert_eq!(got.attribute("event_type"), Some("video.changed"));
         assert_eq!(got.attribute("aggregate_id"), Some("video-1"));
         assert_eq!(got.attribute("aggregate_type"), Some("video"));
         assert_eq!(

@@ -10,10 +10,10 @@ use uuid::Uuid;
 /// The event that takes video `video_id` to `version`.
 pub fn video_event(video_id: Uuid, version: i64, payload: Payload) -> NewEvent {
     let event_type = match &payload {
-        Payload::VideoCreated(_) => "VideoCreated",
-        Payload::VideoUpdated(_) => "VideoUpdated",
-        Payload::VideoDeleted(_) => "VideoDeleted",
-        Payload::VideoSnapshot(_) => "VideoSnapshot",
+        Payload::VideoCreated(_) => "video.created",
+        Payload::VideoUpdated(_) => "video.updated",
+        Payload::VideoDeleted(_) => "video.deleted",
+        Payload::VideoSnapshot(_) => "video.snapshotted",
     };
     let mut event = NewEvent::new(
         TOPIC,
@@ -23,7 +23,8 @@ pub fn video_event(video_id: Uuid, version: i64, payload: Payload) -> NewEvent {
         version,
         Vec::new(),
     )
-    .with_source_service(crate::NAME);
+    .with_source_service(crate::NAME)
+    .with_source_version(env!("CARGO_PKG_VERSION"));
     event.payload = Event {
         event_id: event.event_id.to_string(),
         event_type: event.event_type.clone(),

@@ -416,7 +416,7 @@ async fn snapshots_per_video(t: &TestStack) -> anyhow::Result<BTreeMap<Uuid, i64
     Ok(conn
         .query(
             "SELECT aggregate_id::uuid, count(*) FROM catalog.outbox
-             WHERE event_type = 'VideoSnapshot' GROUP BY 1",
+             WHERE event_type = 'video.snapshotted' GROUP BY 1",
             &[],
         )
         .await?
@@ -495,7 +495,7 @@ async fn a_stopped_backfill_resumes_and_snapshots_every_video_once() -> anyhow::
         .count(
             "SELECT count(*) FROM catalog.outbox o JOIN catalog.videos v
              ON v.video_id = o.aggregate_id::uuid
-             WHERE o.event_type = 'VideoSnapshot' AND o.version <> v.version",
+             WHERE o.event_type = 'video.snapshotted' AND o.version <> v.version",
         )
         .await;
     assert_eq!(mismatched, 0);

@@ -11,10 +11,10 @@ use uuid::Uuid;
 /// The event that takes `user_id`'s engagement with `video_id` to `version`.
 pub fn engagement_event(video_id: Uuid, user_id: Uuid, version: i64, payload: Payload) -> NewEvent {
     let event_type = match &payload {
-        Payload::VideoViewed(_) => "VideoViewed",
-        Payload::VideoLiked(_) => "VideoLiked",
-        Payload::VideoUnliked(_) => "VideoUnliked",
-        Payload::WatchProgressed(_) => "WatchProgressed",
+        Payload::VideoViewed(_) => "video.viewed",
+        Payload::VideoLiked(_) => "video.liked",
+        Payload::VideoUnliked(_) => "video.unliked",
+        Payload::WatchProgressed(_) => "watch.progressed",
     };
     let mut event = NewEvent::new(
         TOPIC,
@@ -24,7 +24,9 @@ pub fn engagement_event(video_id: Uuid, user_id: Uuid, version: i64, payload: Pa
         version,
         Vec::new(),
     )
-    .with_source_service(crate::NAME);
+    .with_source_service(crate::NAME)
+    .with_source_version(env!("CARGO_PKG_VERSION"))
+    .with_user_id(user_id.to_string());
     event.payload = Event {
         event_id: event.event_id.to_string(),
         event_type: event.event_type.clone(),

@@ -66,10 +66,10 @@ impl EventMeta {
             occurred_at: DateTime::parse_from_rfc3339(occurred_at)
                 .map_err(|e| invalid(attributes::OCCURRED_AT, format!("not RFC 3339: {e}")))?
                 .with_timezone(&Utc),
-            schema_version: schema_version.parse().map_err(|_| {
+            schema_version: attributes::parse_schema_version(schema_version).ok_or_else(|| {
                 invalid(
                     attributes::SCHEMA_VERSION,
-                    format!("{schema_version:?} is not an integer"),
+                    format!("{schema_version:?} is not v1, v2, …"),
                 )
             })?,
             message_id: message.message_id.clone(),
@@ -140,12 +140,12 @@ mod tests {
     fn valid() -> Vec<(&'static str, &'static str)> {
         vec![
             ("event_id", "0190a8d4-6f6c-7c3e-9d8e-1a2b3c4d5e6f"),
-            ("event_type", "VideoCreated"),
+            ("event_type", "video.created"),
             ("aggregate_id", "video-1"),
             ("aggregate_type", "video"),
             ("version", "3"),
             ("occurred_at", "2026-11-23T10:00:00.123456Z"),
-            ("schema_version", "1"),
+            ("schema_version", "v1"),
         ]
     }
 
@@ -167,6 +167,7 @@ mod tests {
             ("version", Some("x")),
             ("occurred_at", Some("yesterday")),
             ("schema_version", Some("1.5")),
+            ("schema_version", Some("v0")),
             ("event_type", None),
             ("aggregate_id", Some(" ")),
         ] {

@@ -1,8 +1,13 @@
 //! The Pub/Sub attributes of an outbox event (DESIGN.md §2, Publisher).
 //!
-//! Consumers route and deduplicate on these without decoding the payload, so the names are a
-//! contract: `event_id, event_type, aggregate_id, aggregate_type, version, occurred_at,
-//! schema_version`, plus `correlation_id, causation_id, trace_id, source_service` when set.
+//! Consumers route and deduplicate on these without decoding the payload, so names and formats
+//! are a contract:
+//! - `event_id` (UUID), `event_type` (lowercase and dotted, named in the past tense:
+//!   `video.created`), `aggregate_id`, `aggregate_type`, `version` (decimal, ≥ 1),
+//!   `occurred_at` (RFC 3339, UTC, microseconds), `schema_version` (`v1`, `v2`, …; the outbox
+//!   column stays an integer);
+//! - when set: `correlation_id`, `causation_id`, `user_id`, `source_service`,
+//!   `source_version`, `trace_id`, `span_id` ([`OPTIONAL`]).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use std::collections::BTreeMap;
@@ -25,6 +30,47 @@ pub const REQUIRED: [&str; 7] = [
     OCCURRED_AT,
     SCHEMA_VERSION,
 ];
+
+/// The optional attributes an event may carry.
+pub const OPTIONAL: [&str; 7] = [
+    "correlation_id",
+    "causation_id",
+    "user_id",
+    "source_service",
+    "source_version",
+    "trace_id",
+    "span_id",
+];
+
+/// `schema_version` on the wire: `v1` for 1.
+pub fn format_schema_version(version: i32) -> String {
+    format!("v{version}")
+}
+
+/// `v1` → 1. A bare `1` is accepted too: what relays published before the `v` prefix.
+pub fn parse_schema_version(value: &str) -> Option<i32> {
+    value
+        .strip_prefix('v')
+        .unwrap_or(value)
+        .parse()
+        .ok()
+        .filter(|v| *v >= 1)
+}
+
+/// Whether `name` follows the event-type convention: lowercase words of letters, digits and
+/// `_`, at least two, joined by dots (`video.created`, `watch.progressed`). The past tense is
+/// the convention's other half, which no pattern checks.
+pub fn is_event_type(name: &str) -> bool {
+    let mut words = 0;
+    let well_formed = name.split('.').all(|word| {
+        words += 1;
+        word.starts_with(|c: char| c.is_ascii_lowercase())
+            && word
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    });
+    well_formed && words >= 2
+}
 
 /// RFC 3339 with microseconds (PostgreSQL's precision), so the value round-trips exactly.
 pub fn format_time(t: DateTime<Utc>) -> String {
@@ -59,7 +105,7 @@ pub fn build<'a>(
         (OCCURRED_AT.to_string(), format_time(fields.occurred_at)),
         (
             SCHEMA_VERSION.to_string(),
-            fields.schema_version.to_string(),
+            format_schema_version(fields.schema_version),
         ),
     ]);
     attributes.extend(

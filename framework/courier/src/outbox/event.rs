@@ -34,8 +34,13 @@ pub struct NewEvent {
     pub occurred_at: DateTime<Utc>,
     pub correlation_id: Option<String>,
     pub causation_id: Option<String>,
-    pub trace_id: Option<String>,
+    /// The user on whose behalf the event happened.
+    pub user_id: Option<String>,
     pub source_service: Option<String>,
+    /// The version of the service that wrote the event.
+    pub source_version: Option<String>,
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
 }
 
 impl NewEvent {
@@ -60,8 +65,11 @@ impl NewEvent {
             occurred_at: Utc::now(),
             correlation_id: None,
             causation_id: None,
-            trace_id: None,
+            user_id: None,
             source_service: None,
+            source_version: None,
+            trace_id: None,
+            span_id: None,
         }
     }
 
@@ -83,6 +91,18 @@ impl NewEvent {
     }
     pub fn with_source_service(mut self, name: impl Into<String>) -> Self {
         self.source_service = Some(name.into());
+        self
+    }
+    pub fn with_user_id(mut self, id: impl Into<String>) -> Self {
+        self.user_id = Some(id.into());
+        self
+    }
+    pub fn with_source_version(mut self, version: impl Into<String>) -> Self {
+        self.source_version = Some(version.into());
+        self
+    }
+    pub fn with_span_id(mut self, id: impl Into<String>) -> Self {
+        self.span_id = Some(id.into());
         self
     }
 
@@ -107,8 +127,11 @@ impl NewEvent {
         [
             ("correlation_id", &self.correlation_id),
             ("causation_id", &self.causation_id),
-            ("trace_id", &self.trace_id),
+            ("user_id", &self.user_id),
             ("source_service", &self.source_service),
+            ("source_version", &self.source_version),
+            ("trace_id", &self.trace_id),
+            ("span_id", &self.span_id),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
@@ -129,6 +152,15 @@ impl NewEvent {
             if value.trim().is_empty() {
                 return invalid(field, "must not be empty".into());
             }
+        }
+        if !crate::outbox::attributes::is_event_type(&self.event_type) {
+            return invalid(
+                "event_type",
+                format!(
+                    "{:?} is not a lowercase, dotted name like video.created",
+                    self.event_type
+                ),
+            );
         }
         if self.version < 1 {
             return invalid(
@@ -184,8 +216,11 @@ fn attribute_field(key: &str) -> &'static str {
         "aggregate_type" => "aggregate_type",
         "correlation_id" => "correlation_id",
         "causation_id" => "causation_id",
-        "trace_id" => "trace_id",
+        "user_id" => "user_id",
         "source_service" => "source_service",
+        "source_version" => "source_version",
+        "trace_id" => "trace_id",
+        "span_id" => "span_id",
         _ => "attributes",
     }
 }
@@ -230,7 +265,7 @@ mod tests {
             "catalog.video.events",
             "video",
             "v-1",
-            "VideoCreated",
+            "video.created",
             1,
             vec![1, 2, 3],
         )

@@ -182,7 +182,7 @@ impl TestEvent {
         let attributes = attributes::build(
             RequiredFields {
                 event_id: self.event_id,
-                event_type: "VideoChanged",
+                event_type: "video.changed",
                 aggregate_id: &self.key,
                 aggregate_type: "video",
                 version: self.version,
