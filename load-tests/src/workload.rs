@@ -71,7 +71,7 @@ pub async fn database(server: Option<&str>) -> anyhow::Result<courier_testkit::T
 pub const FIELDS: [&str; 3] = ["a", "b", "c"];
 
 pub const AGGREGATE_TYPE: &str = "load";
-pub const EVENT_TYPE: &str = "FieldsSet";
+pub const EVENT_TYPE: &str = "fields.set";
 
 /// The workload's event payload: the fields the write set (all of them for a create or a
 /// whole-state write; one for a delta update).
