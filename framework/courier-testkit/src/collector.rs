@@ -74,24 +74,36 @@ impl Collector {
             .collect()
     }
 
-    /// For each ordering key, the versions (the `version` attribute) in order of first
-    /// arrival: redeliveries of a version already seen are left out, so a key whose list is
-    /// not ascending was reordered.
-    pub fn first_arrivals(&self) -> HashMap<String, Vec<i64>> {
-        let mut seen = std::collections::HashSet::new();
-        let mut order: HashMap<String, Vec<i64>> = HashMap::new();
-        for r in self.all() {
+    /// For each ordering key, the versions (the `version` attribute) in the order Pub/Sub
+    /// stored them: P2 is about what reaches Pub/Sub, not about how the emulator delivers it
+    /// (its ordered delivery can hand a stranded message over late). The emulator numbers
+    /// messages as it receives them (per key, ids grow with publish order), so each version
+    /// counts at its smallest message id, and republished copies are left out. A key whose
+    /// list is not ascending was reordered on the way to Pub/Sub.
+    pub fn publish_order(&self) -> HashMap<String, Vec<i64>> {
+        let mut first: HashMap<(String, i64), u64> = HashMap::new();
+        for (arrival, r) in self.all().into_iter().enumerate() {
             let version: i64 = r
                 .attribute("version")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(-1);
-            if seen.insert((r.ordering_key.clone(), version)) {
-                order
-                    .entry(r.ordering_key.clone())
-                    .or_default()
-                    .push(version);
-            }
+            // A broker whose ids are not numbers: arrival order stands in.
+            let id = r.message_id.parse().unwrap_or(arrival as u64);
+            first
+                .entry((r.ordering_key.clone(), version))
+                .and_modify(|seen| *seen = (*seen).min(id))
+                .or_insert(id);
         }
-        order
+        let mut by_key: HashMap<String, Vec<(u64, i64)>> = HashMap::new();
+        for ((key, version), id) in first {
+            by_key.entry(key).or_default().push((id, version));
+        }
+        by_key
+            .into_iter()
+            .map(|(key, mut versions)| {
+                versions.sort_unstable();
+                (key, versions.into_iter().map(|(_, v)| v).collect())
+            })
+            .collect()
     }
 }

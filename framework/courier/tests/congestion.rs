@@ -180,10 +180,10 @@ async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_no
         collector.distinct_event_ids().len() >= written
     })
     .await?;
-    let first_arrivals = collector.first_arrivals();
-    let delivered: usize = first_arrivals.values().map(Vec::len).sum();
+    let publish_order = collector.publish_order();
+    let delivered: usize = publish_order.values().map(Vec::len).sum();
     assert_eq!(delivered, written, "distinct (key, version) delivered");
-    for (key, versions) in first_arrivals {
+    for (key, versions) in publish_order {
         let expected: Vec<i64> = (1..=versions.len() as i64).collect();
         assert_eq!(versions, expected, "key {key} out of order");
     }

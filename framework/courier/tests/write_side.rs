@@ -103,7 +103,7 @@ fn other_keys(topic: &str, prefix: &str, n: usize) -> Vec<NewEvent> {
 
 /// Whether every key of [`other_keys`] has arrived.
 fn other_keys_arrived(collector: &Collector, prefix: &str, n: usize) -> bool {
-    let arrivals = collector.first_arrivals();
+    let arrivals = collector.publish_order();
     (0..n).all(|i| arrivals.contains_key(&format!("{prefix}-{i}")))
 }
 
@@ -194,7 +194,7 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do(
         );
         assert_eq!(got.attribute("causation_id"), None);
     }
-    assert_eq!(s.collector.first_arrivals()["video-1"], vec![1, 2, 3]);
+    assert_eq!(s.collector.publish_order()["video-1"], vec![1, 2, 3]);
     Ok(())
 }
 
@@ -230,7 +230,7 @@ async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_or
         s.collector.distinct_event_ids().len() >= 1000
     })
     .await?;
-    let arrivals = s.collector.first_arrivals();
+    let arrivals = s.collector.publish_order();
     assert_eq!(arrivals.len(), 50);
     for (key, versions) in arrivals {
         assert_eq!(
@@ -278,7 +278,7 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
     })
     .await?;
     assert!(
-        !s.collector.first_arrivals().contains_key("stuck"),
+        !s.collector.publish_order().contains_key("stuck"),
         "a later version of the failing key was published before v1"
     );
     assert_eq!(
@@ -289,10 +289,10 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
     wait_until(
         WAIT,
         "the held-back key delivered after recovery",
-        || async { s.collector.first_arrivals().get("stuck").map(Vec::len) == Some(5) },
+        || async { s.collector.publish_order().get("stuck").map(Vec::len) == Some(5) },
     )
     .await?;
-    assert_eq!(s.collector.first_arrivals()["stuck"], vec![1, 2, 3, 4, 5]);
+    assert_eq!(s.collector.publish_order()["stuck"], vec![1, 2, 3, 4, 5]);
     assert_eq!(
         failures.load(Ordering::SeqCst),
         4,
@@ -341,7 +341,7 @@ async fn a_failure_deep_in_a_key_with_overlapping_batches_keeps_the_key_in_order
         || async { s.collector.distinct_event_ids().len() == 120 && all_published(&s.db).await },
     )
     .await?;
-    let arrivals = s.collector.first_arrivals();
+    let arrivals = s.collector.publish_order();
     assert_eq!(
         arrivals["deep"],
         (1..=60).collect::<Vec<_>>(),
@@ -681,7 +681,7 @@ async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() 
         count(&s.db, "SELECT count(*) FROM courier.outbox WHERE aggregate_id = 'doomed' AND version = 2 AND published_at IS NULL AND publish_attempts = 0").await,
         1
     );
-    assert!(!s.collector.first_arrivals().contains_key("doomed"));
+    assert!(!s.collector.publish_order().contains_key("doomed"));
     assert!(counter("outbox_dead_total", None) >= dead_before + 2.0);
     Ok(())
 }
