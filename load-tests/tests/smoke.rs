@@ -204,11 +204,13 @@ fn latency_runs_open_loop_and_reports_percentiles_beside_the_emulators() {
 /// on the emulator they can break the subscription for good (see README, load tests).
 #[test]
 fn chaos_under_faults_loses_nothing_and_applies_nothing_twice() {
+    // Three faults must strike: at worst 5 s gaps and two 5 s freezes put the third at 25 s
+    // (20 s failed when two freezes were drawn).
     let (report, out) = run(
         "chaos",
         &[
             "--seconds",
-            "20",
+            "28",
             "--rate",
             "50",
             "--writers",

@@ -184,7 +184,7 @@ async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do(
             got.attribute("version"),
             Some(sent.version.to_string().as_str())
         );
-        assert_eq!(got.attribute("schema_version"), Some("1"));
+        assert_eq!(got.attribute("schema_version"), Some("v1"));
         assert_eq!(got.attribute("correlation_id"), Some("corr-1"));
         assert_eq!(got.attribute("source_service"), Some("catalog"));
         let occurred = got.attribute("occurred_at").expect("occurred_at");
