@@ -52,6 +52,11 @@ pub struct ProjectArgs {
     /// Most warm-up receive rounds (of a tenth of --events) before measuring; 0: none.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=20))]
     warm_up_rounds: u32,
+    /// Exactly-once subscriptions: the consumer confirms every ack (the bare subscriber acks
+    /// as usual). The emulator accepts the setting without enforcing it, so this measures the
+    /// client side's cost only.
+    #[arg(long)]
+    exactly_once: bool,
 }
 
 /// The benchmark's payload.
@@ -172,6 +177,7 @@ pub async fn run(args: ProjectArgs) -> anyhow::Result<Report> {
                 config.consumer.max_outstanding_messages.to_string(),
             ),
             ("pool_size".into(), args.pool_size.to_string()),
+            ("exactly_once".into(), args.exactly_once.to_string()),
             ("redelivered_duplicates".into(), duplicates.to_string()),
         ],
         rates,
@@ -205,6 +211,7 @@ async fn provision_round(
     let mut projected = SubscriptionSpec::standard(&topic, "bench", "projector");
     // The backlog is read once; retaining it would only grow the emulator's heap.
     projected.retain_acked = false;
+    projected.exactly_once = args.exactly_once;
     let raw = SubscriptionSpec {
         name: format!("{topic}.bench-raw"),
         dead_letter: None,

@@ -21,6 +21,12 @@ pub struct ProvisionArgs {
     /// Deliveries before Pub/Sub moves a message to the dead-letter topic (5-100).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(i32).range(5..=100))]
     max_delivery_attempts: i32,
+    /// Exactly-once delivery on the subscription (Pub/Sub does not redeliver a confirmed
+    /// ack; the consumer confirms each ack). Off by default: the inbox already gives each event
+    /// one effect, and confirmed acks cost throughput. Cannot be changed on an existing
+    /// subscription by this command.
+    #[arg(long)]
+    exactly_once: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -43,6 +49,7 @@ pub async fn run(config: CourierConfig, args: ProvisionArgs) -> anyhow::Result<(
     if let Some(dead_letter) = spec.dead_letter.as_mut() {
         dead_letter.max_delivery_attempts = args.max_delivery_attempts;
     }
+    spec.exactly_once = args.exactly_once;
     let pubsub = PubSub::new(config.pubsub.clone());
     let created = pubsub.provision(&spec).await?;
     if args.json {

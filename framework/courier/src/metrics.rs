@@ -63,6 +63,8 @@ pub const PROJECTION_PARKED_KEYS: &str = "courier_projection_parked_keys";
 pub const PROJECTION_PARKED_EVENTS_TOTAL: &str = "courier_projection_parked_events_total";
 /// Events (of one or many keys) per committed projection transaction (histogram).
 pub const PROJECTION_TRANSACTION_EVENTS: &str = "courier_projection_transaction_events";
+/// Acks and nacks on exactly-once subscriptions, by `kind` and `result` (counter).
+pub const CONSUMER_CONFIRMATIONS_TOTAL: &str = "courier_consumer_confirmations_total";
 /// Live per-aggregate projector actors (gauge).
 pub const LIVE_PROJECTORS: &str = "courier_live_projectors";
 /// Messages received and not yet acked or nacked (gauge).

@@ -209,6 +209,7 @@ impl PubSub {
             .set_enable_message_ordering(spec.ordering)
             .set_ack_deadline_seconds(spec.ack_deadline_secs)
             .set_retain_acked_messages(spec.retain_acked)
+            .set_enable_exactly_once_delivery(spec.exactly_once)
             .set_retry_policy(
                 RetryPolicy::new()
                     .set_minimum_backoff(wkt_duration(spec.min_retry_backoff))
@@ -303,6 +304,10 @@ pub struct SubscriptionSpec {
     pub min_retry_backoff: Duration,
     pub max_retry_backoff: Duration,
     pub dead_letter: Option<DeadLetterSpec>,
+    /// Exactly-once delivery: Pub/Sub does not redeliver a message whose ack it confirmed,
+    /// and the consumer waits for that confirmation (`confirmed_ack`). Off by default: the
+    /// inbox already gives every event one effect, and confirmed acks cost throughput.
+    pub exactly_once: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -336,6 +341,7 @@ impl SubscriptionSpec {
                 topic: format!("{topic}.dlq"),
                 max_delivery_attempts: 5,
             }),
+            exactly_once: false,
         }
     }
 
@@ -361,6 +367,7 @@ impl SubscriptionSpec {
             min_retry_backoff: Duration::from_secs(10),
             max_retry_backoff: Duration::from_secs(600),
             dead_letter: None,
+            exactly_once: false,
         }
     }
 }

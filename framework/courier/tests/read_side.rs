@@ -416,3 +416,32 @@ async fn a_database_outage_is_waited_out_without_spending_delivery_attempts() ->
     );
     Ok(())
 }
+
+/// Exactly-once as a per-subscription option: the consumer confirms every ack. (The emulator
+/// accepts the setting and confirms, without enforcing exactly-once, see EMULATOR.md; the inbox
+/// keeps effects single either way.)
+#[tokio::test]
+async fn on_an_exactly_once_subscription_every_ack_is_confirmed() -> anyhow::Result<()> {
+    let s = read_setup_with(|sub| sub.exactly_once = true, |_| {}).await?;
+    let consumer = s.spawn(Videos::new(), ConsumerOptions::default());
+    let events: Vec<TestEvent> = (1..=20)
+        .map(|v| TestEvent::new(&format!("eo-{}", v % 4), v, &format!("t{v}")))
+        .collect();
+    s.publish(&events).await?;
+    wait_until(WAIT, "every ack confirmed", || async {
+        consumer.stats().confirmed >= 20
+    })
+    .await?;
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.applied, stats.acked, stats.nacked),
+        (20, 20, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        s.scalar("SELECT max(applications)::bigint FROM app.effects")
+            .await,
+        1
+    );
+    Ok(())
+}

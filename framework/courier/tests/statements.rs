@@ -83,7 +83,16 @@ async fn appends_on_a_pooled_transaction_run_prepared_and_plain_transactions_sti
         database: db.config.clone(),
         ..Default::default()
     };
-    let event = |version| NewEvent::new("t.events", "video", "v-1", "video.changed", version, vec![1u8]);
+    let event = |version| {
+        NewEvent::new(
+            "t.events",
+            "video",
+            "v-1",
+            "video.changed",
+            version,
+            vec![1u8],
+        )
+    };
     let outbox = Outbox::new(&config);
     let quiet = Outbox::new(&config).without_wakeups();
     let mut conn = db.pool.get().await?;

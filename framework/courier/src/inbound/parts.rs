@@ -14,6 +14,8 @@ use crate::inbound::parked::KeyVersions;
 use crate::inbound::projection::Projection;
 use crate::metrics as m;
 use crate::pubsub::PubSub;
+use google_cloud_pubsub::error::AckError;
+use google_cloud_pubsub::subscriber::handler::Handler;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +54,8 @@ pub struct ConsumerStats {
     pub parked: AtomicU64,
     /// Projection transactions committed (events per transaction = settled / this).
     pub transactions: AtomicU64,
+    /// Acks and nacks Pub/Sub confirmed (exactly-once subscriptions).
+    pub confirmed: AtomicU64,
     /// Received and not yet acked or nacked.
     pub outstanding: AtomicU64,
     /// The most ever outstanding at once (flow control bounds it).
@@ -70,6 +74,7 @@ pub struct StatsSnapshot {
     pub failed: u64,
     pub parked: u64,
     pub transactions: u64,
+    pub confirmed: u64,
     pub outstanding: u64,
     pub peak_outstanding: u64,
 }
@@ -87,6 +92,7 @@ impl ConsumerStats {
             failed: get(&self.failed),
             parked: get(&self.parked),
             transactions: get(&self.transactions),
+            confirmed: get(&self.confirmed),
             outstanding: get(&self.outstanding),
             peak_outstanding: get(&self.peak_outstanding),
         }
@@ -115,6 +121,29 @@ impl ConsumerStats {
     }
 }
 
+/// Counts an exactly-once confirmation and logs a failed one.
+fn record_confirmation(
+    stats: &ConsumerStats,
+    kind: &'static str,
+    message_id: &str,
+    failure: Option<AckError>,
+) {
+    let result = if failure.is_some() {
+        "failed"
+    } else {
+        "confirmed"
+    };
+    metrics::counter!(m::CONSUMER_CONFIRMATIONS_TOTAL, "kind" => kind, "result" => result)
+        .increment(1);
+    match failure {
+        None => {
+            stats.confirmed.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(error) => tracing::warn!(message_id, kind, %error,
+            "Pub/Sub did not confirm; the message may come again, and the inbox absorbs it"),
+    }
+}
+
 /// What every actor of one consumer shares.
 pub struct ConsumerParts<P: Projection> {
     pub projection: P,
@@ -140,11 +169,24 @@ pub struct ConsumerParts<P: Projection> {
 }
 
 impl<P: Projection> ConsumerParts<P> {
-    /// Acks a delivery whose effect (or non-effect) is committed.
+    /// Acks a delivery whose effect (or non-effect) is committed. On an exactly-once
+    /// subscription the ack is confirmed in the background (the client retries transient
+    /// failures); a confirmation that fails (an expired ack id) means Pub/Sub may deliver the
+    /// event again, and the inbox gives it no second effect.
     pub(crate) fn ack<E>(&self, delivery: Delivery<E>) {
         metrics::histogram!(m::PROJECTION_PROCESS_LATENCY)
             .record(delivery.received_at.elapsed().as_secs_f64());
-        delivery.handler.ack();
+        match delivery.handler {
+            Handler::ExactlyOnce(handler) => {
+                let stats = self.stats.clone();
+                let message_id = delivery.meta.message_id.clone();
+                tokio::spawn(async move {
+                    let confirmed = handler.confirmed_ack().await;
+                    record_confirmation(&stats, "ack", &message_id, confirmed.err());
+                });
+            }
+            handler => handler.ack(),
+        }
         self.stats.on_acked();
     }
 
@@ -173,9 +215,20 @@ impl<P: Projection> ConsumerParts<P> {
         }
     }
 
-    /// Gives a delivery back to Pub/Sub for redelivery.
+    /// Gives a delivery back to Pub/Sub for redelivery (confirmed on an exactly-once
+    /// subscription; unconfirmed, the message still comes back after its lease).
     pub(crate) fn nack<E>(&self, delivery: Delivery<E>) {
-        delivery.handler.nack();
+        match delivery.handler {
+            Handler::ExactlyOnce(handler) => {
+                let stats = self.stats.clone();
+                let message_id = delivery.meta.message_id.clone();
+                tokio::spawn(async move {
+                    let confirmed = handler.confirmed_nack().await;
+                    record_confirmation(&stats, "nack", &message_id, confirmed.err());
+                });
+            }
+            handler => handler.nack(),
+        }
         self.stats.on_nacked();
     }
 

@@ -82,6 +82,9 @@ type StartConsumer = dyn Fn(&CourierConfig, ConsumerSpec, ConsumerOptions) -> Re
 pub struct Inbound {
     pub topic: &'static str,
     pub role: &'static str,
+    /// Provision the subscription with exactly-once delivery (see
+    /// [`SubscriptionSpec::exactly_once`]).
+    pub exactly_once: bool,
     /// The read-model tables the projection writes; `rebuild` clears them before the replay.
     pub tables: &'static [&'static str],
     start: Arc<StartConsumer>,
@@ -102,6 +105,7 @@ impl Inbound {
         Self {
             topic,
             role,
+            exactly_once: false,
             tables,
             start: Arc::new(move |config, spec, options| {
                 Consumer::spawn(config, spec, projection.clone(), options)
@@ -109,9 +113,18 @@ impl Inbound {
         }
     }
 
+    /// Exactly-once delivery for this subscription.
+    pub fn with_exactly_once(mut self) -> Self {
+        self.exactly_once = true;
+        self
+    }
+
     /// The subscription, with ordering, dead-letter policy and backoff as DESIGN.md §4 says.
     pub fn subscription(&self, service: &str) -> SubscriptionSpec {
-        SubscriptionSpec::standard(self.topic, service, self.role)
+        SubscriptionSpec {
+            exactly_once: self.exactly_once,
+            ..SubscriptionSpec::standard(self.topic, service, self.role)
+        }
     }
 
     pub fn consumer_spec(&self, service: &str) -> ConsumerSpec {
