@@ -121,6 +121,13 @@ impl ConsumerStats {
     }
 }
 
+/// How a delivery leaves the consumer.
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    Ack,
+    Nack,
+}
+
 /// Counts an exactly-once confirmation and logs a failed one.
 fn record_confirmation(
     stats: &ConsumerStats,
@@ -176,18 +183,30 @@ impl<P: Projection> ConsumerParts<P> {
     pub(crate) fn ack<E>(&self, delivery: Delivery<E>) {
         metrics::histogram!(m::PROJECTION_PROCESS_LATENCY)
             .record(delivery.received_at.elapsed().as_secs_f64());
-        match delivery.handler {
+        self.settle(delivery.handler, &delivery.meta.message_id, Settle::Ack);
+        self.stats.on_acked();
+    }
+
+    /// Acks or nacks; on an exactly-once subscription the confirmation is awaited in the
+    /// background and counted.
+    fn settle(&self, handler: Handler, message_id: &str, how: Settle) {
+        match handler {
             Handler::ExactlyOnce(handler) => {
                 let stats = self.stats.clone();
-                let message_id = delivery.meta.message_id.clone();
+                let message_id = message_id.to_string();
                 tokio::spawn(async move {
-                    let confirmed = handler.confirmed_ack().await;
-                    record_confirmation(&stats, "ack", &message_id, confirmed.err());
+                    let (kind, confirmed) = match how {
+                        Settle::Ack => ("ack", handler.confirmed_ack().await),
+                        Settle::Nack => ("nack", handler.confirmed_nack().await),
+                    };
+                    record_confirmation(&stats, kind, &message_id, confirmed.err());
                 });
             }
-            handler => handler.ack(),
+            handler => match how {
+                Settle::Ack => handler.ack(),
+                Settle::Nack => handler.nack(),
+            },
         }
-        self.stats.on_acked();
     }
 
     pub(crate) fn set_dead_letter_gauge(&self, open: i64) {
@@ -218,17 +237,7 @@ impl<P: Projection> ConsumerParts<P> {
     /// Gives a delivery back to Pub/Sub for redelivery (confirmed on an exactly-once
     /// subscription; unconfirmed, the message still comes back after its lease).
     pub(crate) fn nack<E>(&self, delivery: Delivery<E>) {
-        match delivery.handler {
-            Handler::ExactlyOnce(handler) => {
-                let stats = self.stats.clone();
-                let message_id = delivery.meta.message_id.clone();
-                tokio::spawn(async move {
-                    let confirmed = handler.confirmed_nack().await;
-                    record_confirmation(&stats, "nack", &message_id, confirmed.err());
-                });
-            }
-            handler => handler.nack(),
-        }
+        self.settle(delivery.handler, &delivery.meta.message_id, Settle::Nack);
         self.stats.on_nacked();
     }
 
@@ -252,7 +261,7 @@ impl<P: Projection> ConsumerParts<P> {
                     reason,
                     "message dead-lettered"
                 );
-                handler.ack();
+                self.settle(handler, &message.message_id, Settle::Ack);
                 metrics::counter!(m::PROJECTION_DEAD_LETTERED_TOTAL).increment(1);
                 // Bookkeeping only: the dead letter itself is safe in its topic already.
                 match self
@@ -284,7 +293,7 @@ impl<P: Projection> ConsumerParts<P> {
                     %error,
                     "dead-letter publish failed; message nacked for redelivery"
                 );
-                handler.nack();
+                self.settle(handler, &message.message_id, Settle::Nack);
                 self.stats.on_nacked();
                 false
             }
