@@ -56,9 +56,26 @@ locals {
 
 # --- Pub/Sub -------------------------------------------------------------------------------------
 
+# Each topic's protobuf schema, so Pub/Sub refuses a message that is not the envelope at
+# publish. The definitions are framework/courier-proto's envelopes made self-contained (one
+# file, one top-level message, no imports), kept wire-compatible by courier-proto's
+# tests/pubsub_schemas.rs. The emulator does not implement protobuf schemas (EMULATOR.md):
+# `provision` creates topics without one there.
+resource "google_pubsub_schema" "events" {
+  for_each   = local.streams
+  name       = "${each.value.topic}.schema"
+  type       = "PROTOCOL_BUFFER"
+  definition = file("${path.module}/schemas/${each.value.topic}.proto")
+}
+
 resource "google_pubsub_topic" "events" {
   for_each = local.streams
   name     = each.value.topic
+
+  schema_settings {
+    schema   = google_pubsub_schema.events[each.key].id
+    encoding = "BINARY"
+  }
 }
 
 resource "google_pubsub_topic" "dlq" {
