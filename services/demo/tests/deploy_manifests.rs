@@ -245,6 +245,10 @@ fn the_dashboard_uses_only_metrics_the_framework_exports() {
         m::PROJECTION_DEAD_LETTERED_TOTAL,
         m::PROJECTION_DUPLICATES_TOTAL,
         m::LIVE_PROJECTORS,
+        m::PROJECTION_TRANSIENT_RETRIES_TOTAL,
+        m::PROJECTION_GATED_KEYS,
+        m::PROJECTION_PARKED_KEYS,
+        m::PROJECTION_TRANSACTION_EVENTS,
         m::RECEIVER_OUTSTANDING_MESSAGES,
         m::ACTOR_RESTARTS_TOTAL,
         m::BACKPRESSURE_WAIT_SECONDS,
@@ -296,6 +300,8 @@ fn the_dashboard_uses_only_metrics_the_framework_exports() {
         m::PROJECTION_PROCESS_LATENCY,
         m::RELAY_PUBLISH_LIMIT,
         m::OUTBOX_BROKER_FAILURES_TOTAL,
+        m::PROJECTION_PARKED_KEYS,
+        m::PROJECTION_TRANSIENT_RETRIES_TOTAL,
     ] {
         assert!(used.contains(name), "dashboard does not chart {name}");
     }
