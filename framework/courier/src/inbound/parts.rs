@@ -209,6 +209,12 @@ impl<P: Projection> ConsumerParts<P> {
         }
     }
 
+    /// `n` events acked into a parked key's keeping.
+    pub(crate) fn count_parked(&self, n: usize) {
+        self.stats.parked.fetch_add(n as u64, Ordering::Relaxed);
+        metrics::counter!(m::PROJECTION_PARKED_EVENTS_TOTAL).increment(n as u64);
+    }
+
     pub(crate) fn set_dead_letter_gauge(&self, open: i64) {
         #[allow(clippy::cast_precision_loss)]
         metrics::gauge!(m::DLQ_MESSAGE_COUNT, "subscription" => self.spec.subscription.clone())

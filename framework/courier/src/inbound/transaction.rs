@@ -134,17 +134,14 @@ pub(crate) async fn park<P: Projection>(
         "version {expected} did not come within {} s",
         parts.settings.gap_wait_secs
     );
+    let context = format!("park key {key:?} of group {group}");
     let parked = async {
         let _slot = parts.transactions.acquire().await;
-        let mut client = parts
-            .pool
-            .get()
-            .await
-            .map_err(DbError::pool(format!("park key {key:?} of group {group}")))?;
+        let mut client = parts.pool.get().await.map_err(DbError::pool(&context))?;
         let tx = client
             .transaction()
             .await
-            .map_err(DbError::query(format!("park key {key:?} of group {group}")))?;
+            .map_err(DbError::query(&context))?;
         let events: Vec<(&EventMeta, &google_cloud_pubsub::model::Message)> =
             held.iter().map(|d| (&d.meta, &d.message)).collect();
         parts
@@ -159,9 +156,7 @@ pub(crate) async fn park<P: Projection>(
                 &events,
             )
             .await?;
-        tx.commit()
-            .await
-            .map_err(DbError::query(format!("park key {key:?} of group {group}")))?;
+        tx.commit().await.map_err(DbError::query(&context))?;
         Ok::<_, DbError>(())
     }
     .await;
@@ -169,11 +164,7 @@ pub(crate) async fn park<P: Projection>(
         Ok(()) => {
             tracing::warn!(ordering_key = %key, consumer_group = %group, expected_version = expected,
                 held = count, %reason, "key parked; `courier parked release` lets it go on");
-            parts
-                .stats
-                .parked
-                .fetch_add(count as u64, Ordering::Relaxed);
-            metrics::counter!(m::PROJECTION_PARKED_EVENTS_TOTAL).increment(count as u64);
+            parts.count_parked(count);
             for delivery in held {
                 parts.ack(delivery);
             }
@@ -593,11 +584,7 @@ async fn settle_committed<P: Projection>(
     }
     let duplicates = group.len() - applied - parked;
     if parked > 0 {
-        parts
-            .stats
-            .parked
-            .fetch_add(parked as u64, Ordering::Relaxed);
-        metrics::counter!(m::PROJECTION_PARKED_EVENTS_TOTAL).increment(parked as u64);
+        parts.count_parked(parked);
     }
     parts
         .stats
