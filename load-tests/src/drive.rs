@@ -110,7 +110,7 @@ pub async fn write_for(
     for _ in 0..writers {
         let writer = Writer::new(config, topic, shape.workload);
         let mut keys = KeyPicker::new(shape);
-        let url = config.database.url.clone();
+        let database = config.database.clone();
         let due_rx = due_rx.clone();
         let committed = committed.clone();
         let failed = failed.clone();
@@ -135,7 +135,7 @@ pub async fn write_for(
                 // connection, keeping its intended instant.
                 loop {
                     if client.is_none() {
-                        client = connect(&url).await.ok();
+                        client = connect(&database).await.ok();
                     }
                     let Some(c) = client.as_mut() else {
                         failed.fetch_add(1, Ordering::Relaxed);
@@ -186,11 +186,11 @@ impl SharedReceiver {
     }
 }
 
-async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = url
-        .parse::<tokio_postgres::Config>()?
-        .connect(tokio_postgres::NoTls)
-        .await?;
+/// A writer's own connection, made as the framework makes them (TLS per `sslmode`).
+async fn connect(
+    database: &courier::config::DatabaseConfig,
+) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = courier::db::dedicated(database, "courier-load writer").await?;
     tokio::spawn(async move {
         let _ = connection.await;
     });

@@ -11,25 +11,37 @@
 //! - [`wait_until`]: polls a condition until a deadline instead of sleeping.
 //! - [`BrokerProxy`]: a TCP proxy in front of the emulator that makes Pub/Sub slow or silent
 //!   for a while, as a congested or stalled broker is.
+//! - [`TlsPostgres`]: a PostgreSQL cluster of the test's own that accepts TLS only, with a
+//!   certificate from a CA made for the test.
 
 mod broker_proxy;
 mod collector;
 mod db;
 mod emulator;
+mod tls_postgres;
 mod wait;
 
 pub use broker_proxy::BrokerProxy;
 pub use collector::{Collector, Received};
 pub use db::TestDb;
 pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
+pub use tls_postgres::TlsPostgres;
 pub use wait::wait_until;
 
 use courier::CourierConfig;
 
 /// A config for one test: its database, the emulator, and timings short enough for tests.
 pub fn test_config(db: &TestDb, pubsub: &TestPubSub) -> CourierConfig {
+    test_config_on(db.config.clone(), pubsub)
+}
+
+/// [`test_config`] for a database that is not a [`TestDb`] (a cluster of the test's own).
+pub fn test_config_on(
+    database: courier::config::DatabaseConfig,
+    pubsub: &TestPubSub,
+) -> CourierConfig {
     let mut config = CourierConfig::default();
-    config.database = db.config.clone();
+    config.database = database;
     config.pubsub = pubsub.config();
     config.relay.shard_count = 4;
     config.relay.claim_lease_secs = 5;

@@ -5,9 +5,10 @@
 //! `COURIER_RELAY__SHARD_COUNT=16`); `PUBSUB_EMULATOR_HOST` sets `pubsub.emulator_host` as
 //! Google's own tools do.
 
+use crate::conninfo::{resolve_tls, SslMode, TlsSettings};
 use crate::supervision::RestartPolicy;
 use serde::Deserialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Prefix of every environment override.
@@ -72,6 +73,71 @@ pub struct DatabaseConfig {
     pub pool_size: u32,
     /// How long to wait for a pooled connection before failing (transiently).
     pub connect_timeout_secs: u64,
+    /// TLS to the database, as libpq's `sslmode`: `disable`, `prefer` (the default: encrypted
+    /// when the server offers it, certificate not checked), `require` (encrypted, certificate
+    /// not checked), `verify-ca` (certificate signed by a trusted root), `verify-full` (and
+    /// naming the host). May instead be given in the URLs as `sslmode=`.
+    pub sslmode: Option<SslMode>,
+    /// PEM file of the CA certificates `verify-ca`/`verify-full` trust (with `require` it
+    /// upgrades to `verify-ca`, as in libpq); the system's roots when absent. May instead be
+    /// given in the URLs as `sslrootcert=`.
+    pub ssl_root_cert: Option<PathBuf>,
+}
+
+impl DatabaseConfig {
+    /// `url` (this section's `url` or `admin_url`) without its TLS parameters, for
+    /// tokio-postgres, and the TLS this section asks for on it.
+    pub fn connection(&self, url: &str) -> Result<(String, TlsSettings), String> {
+        resolve_tls(url, self.sslmode, self.ssl_root_cert.as_ref())
+    }
+
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !is_identifier(&self.schema) {
+            return invalid(
+                "database.schema",
+                "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
+            );
+        }
+        if let Some(role) = &self.role {
+            if !is_identifier(role) {
+                return invalid(
+                    "database.role",
+                    "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
+                );
+            }
+        }
+        if self.pool_size < 2 {
+            return invalid("database.pool_size", "must be at least 2");
+        }
+        let urls = [
+            ("database.url", Some(&self.url)),
+            ("database.admin_url", self.admin_url.as_ref()),
+        ];
+        for (key, url) in urls {
+            let Some(url) = url else { continue };
+            let (rest, tls) = self
+                .connection(url)
+                .or_else(|reason| invalid(key, &reason))?;
+            if rest.parse::<tokio_postgres::Config>().is_err() {
+                return invalid(key, "is not a PostgreSQL connection string");
+            }
+            if let Some(path) = tls.root_cert.as_ref().filter(|p| !p.is_file()) {
+                return invalid(
+                    "database.ssl_root_cert",
+                    &format!("{} is not a readable file", path.display()),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid<T>(key: &str, reason: &str) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    })
 }
 
 /// A PostgreSQL connection string with any password replaced by `***`: the URL form
@@ -117,6 +183,8 @@ impl std::fmt::Debug for DatabaseConfig {
             .field("admin_url", &self.admin_url.as_deref().map(redact_url))
             .field("pool_size", &self.pool_size)
             .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("sslmode", &self.sslmode)
+            .field("ssl_root_cert", &self.ssl_root_cert)
             .finish()
     }
 }
@@ -143,6 +211,8 @@ impl Default for DatabaseConfig {
             admin_url: None,
             pool_size: 16,
             connect_timeout_secs: 10,
+            sslmode: None,
+            ssl_root_cert: None,
         }
     }
 }
@@ -508,40 +578,7 @@ impl CourierConfig {
 
     /// Checks ranges and formats, naming the key of the first bad value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: &str| {
-            Err(ConfigError::Invalid {
-                key: key.into(),
-                reason: reason.into(),
-            })
-        };
-        if !is_identifier(&self.database.schema) {
-            return invalid(
-                "database.schema",
-                "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
-            );
-        }
-        if let Some(role) = &self.database.role {
-            if !is_identifier(role) {
-                return invalid(
-                    "database.role",
-                    "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
-                );
-            }
-        }
-        if let Some(url) = &self.database.admin_url {
-            if url.parse::<tokio_postgres::Config>().is_err() {
-                return invalid(
-                    "database.admin_url",
-                    "is not a PostgreSQL connection string",
-                );
-            }
-        }
-        if self.database.pool_size < 2 {
-            return invalid("database.pool_size", "must be at least 2");
-        }
-        if self.database.url.parse::<tokio_postgres::Config>().is_err() {
-            return invalid("database.url", "is not a PostgreSQL connection string");
-        }
+        self.database.validate()?;
         if self.pubsub.project.is_empty() {
             return invalid("pubsub.project", "must not be empty");
         }
@@ -901,6 +938,18 @@ mod tests {
                 "consumer.transient_backoff_cap_millis",
             ),
             ("[consumer]\ngate_timeout_secs = 0\n", "consumer.gate_timeout_secs"),
+            (
+                "[database]\nurl = \"postgres://h/db?sslmode=verify\"\n",
+                "database.url",
+            ),
+            (
+                "[database]\nsslmode = \"require\"\nadmin_url = \"host=h sslmode=disable\"\n",
+                "database.admin_url",
+            ),
+            (
+                "[database]\nssl_root_cert = \"/nonexistent/ca.pem\"\n",
+                "database.ssl_root_cert",
+            ),
         ] {
             let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);
             assert!(
@@ -911,6 +960,9 @@ mod tests {
         let err = CourierConfig::from_toml_and_env("[relay]\nshard_count = \"many\"\n", env(&[]))
             .expect_err("type");
         assert!(err.to_string().contains("shard_count"), "{err}");
+        let err = CourierConfig::from_toml_and_env("[database]\nsslmode = \"verify\"\n", env(&[]))
+            .expect_err("sslmode");
+        assert!(err.to_string().contains("sslmode"), "{err}");
     }
 
     #[test]

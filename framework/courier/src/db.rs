@@ -1,5 +1,7 @@
-//! PostgreSQL access: the shared pool, dedicated connections (LISTEN, advisory locks), and the
-//! transient/permanent split of database errors that retry decisions rely on.
+//! PostgreSQL access: the shared pool, dedicated connections (LISTEN, advisory locks), TLS
+//! (`tls`), and the transient/permanent split of database errors that retry decisions rely on.
+
+pub mod tls;
 
 use crate::config::DatabaseConfig;
 use bb8_postgres::PostgresConnectionManager;
@@ -7,8 +9,9 @@ use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+use tls::{Tls, TlsError, TlsStream};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, GenericClient, NoTls, Statement, Transaction};
+use tokio_postgres::{Client, GenericClient, Statement, Transaction};
 
 /// The pool every framework component shares.
 pub type PgPool = bb8::Pool<CachingManager>;
@@ -128,7 +131,7 @@ impl StatementCache {
 
 /// bb8's manager for [`PgConnection`]s: tokio-postgres connections with a statement cache.
 #[derive(Debug)]
-pub struct CachingManager(PostgresConnectionManager<NoTls>);
+pub struct CachingManager(PostgresConnectionManager<Tls>);
 
 impl bb8::ManageConnection for CachingManager {
     type Connection = PgConnection;
@@ -154,7 +157,7 @@ impl bb8::ManageConnection for CachingManager {
 /// chain, because tokio-postgres alone says only "db error" for a server error.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error("{context}: no pooled connection: {}", chain(error))]
+    #[error("{context}: no pooled connection: {}", pool_failure(error))]
     Pool {
         context: String,
         error: bb8::RunError<tokio_postgres::Error>,
@@ -166,6 +169,20 @@ pub enum DbError {
     },
     #[error("database config is invalid: {}", chain(.0))]
     Config(tokio_postgres::Error),
+    #[error("database config is invalid: {0}")]
+    Settings(String),
+    #[error("database tls: {0}")]
+    Tls(#[from] TlsError),
+}
+
+/// bb8 says only "Timed out in bb8" when no connection could be made in time.
+fn pool_failure(error: &bb8::RunError<tokio_postgres::Error>) -> String {
+    match error {
+        bb8::RunError::TimedOut => "none within database.connect_timeout_secs (each failed \
+            connection's reason is logged as \"database connection failed\")"
+            .into(),
+        bb8::RunError::User(e) => chain(e),
+    }
 }
 
 /// `error: cause: cause…`, each level once.
@@ -204,7 +221,7 @@ impl DbError {
                 bb8::RunError::User(e) => is_transient_pg(e),
             },
             DbError::Query { error, .. } => is_transient_pg(error),
-            DbError::Config(_) => false,
+            DbError::Config(_) | DbError::Settings(_) | DbError::Tls(_) => false,
         }
     }
 }
@@ -219,7 +236,7 @@ impl DbError {
                 bb8::RunError::User(e) => is_unavailable_pg(e),
             },
             DbError::Query { error, .. } => is_unavailable_pg(error),
-            DbError::Config(_) => false,
+            DbError::Config(_) | DbError::Settings(_) | DbError::Tls(_) => false,
         }
     }
 }
@@ -262,24 +279,43 @@ pub fn is_transient_pg(error: &tokio_postgres::Error) -> bool {
     }
 }
 
+/// Where and how to connect: tokio-postgres's settings and the TLS connector they need.
+struct Target {
+    pg: tokio_postgres::Config,
+    tls: Tls,
+}
+
+impl Target {
+    async fn connect(
+        &self,
+    ) -> Result<
+        (
+            Client,
+            tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>,
+        ),
+        tokio_postgres::Error,
+    > {
+        self.pg.connect(self.tls.clone()).await
+    }
+}
+
 /// Every connection resolves unqualified names in the service's schema (the framework's
 /// own queries name it explicitly; a service's SQL need not). `extra` adds server settings.
-fn pg_config(
-    config: &DatabaseConfig,
-    application: &str,
-    extra: &str,
-) -> Result<tokio_postgres::Config, DbError> {
-    let mut pg: tokio_postgres::Config = config.url.parse().map_err(DbError::Config)?;
+fn target(config: &DatabaseConfig, application: &str, extra: &str) -> Result<Target, DbError> {
+    let (url, tls) = config.connection(&config.url).map_err(DbError::Settings)?;
+    let mut pg: tokio_postgres::Config = url.parse().map_err(DbError::Config)?;
     pg.application_name(application);
     pg.connect_timeout(Duration::from_secs(config.connect_timeout_secs));
     pg.options(format!("-c search_path={} {extra}", config.schema).trim_end());
-    Ok(pg)
+    pg.ssl_mode(tls::driver_mode(tls.mode));
+    let tls = tls::connector(tls.mode, tls.root_cert.as_deref())?;
+    Ok(Target { pg, tls })
 }
 
 /// Builds the shared pool. Connections are checked lazily, so this succeeds while the
 /// database is down; the first use reports the failure.
 pub fn pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
-    build_pool(config, pg_config(config, application, "")?)
+    build_pool(config, target(config, application, "")?, application)
 }
 
 /// The relay's pool: commits do not wait for the WAL flush (`synchronous_commit = off`).
@@ -289,19 +325,45 @@ pub fn pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbErro
 /// No JIT: with a large published history the claim's estimated cost (of a check it rarely
 /// runs) passed `jit_above_cost`, and compiling took ~80 ms of a ~7 ms claim.
 pub fn relay_pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
-    let pg = pg_config(config, application, "-c synchronous_commit=off -c jit=off")?;
-    build_pool(config, pg)
+    let target = target(config, application, "-c synchronous_commit=off -c jit=off")?;
+    build_pool(config, target, application)
 }
 
-fn build_pool(config: &DatabaseConfig, pg: tokio_postgres::Config) -> Result<PgPool, DbError> {
-    let manager = CachingManager(PostgresConnectionManager::new(pg, NoTls));
+fn build_pool(
+    config: &DatabaseConfig,
+    target: Target,
+    application: &str,
+) -> Result<PgPool, DbError> {
+    let manager = CachingManager(PostgresConnectionManager::new(target.pg, target.tls));
     Ok(bb8::Pool::builder()
         .max_size(config.pool_size)
         .connection_timeout(Duration::from_secs(config.connect_timeout_secs))
         // No round trip per checkout: a connection closed by a server restart is dropped when
         // returned (bb8 checks `is_closed`), and the failed call is retried as transient.
         .test_on_check_out(false)
+        .error_sink(Box::new(LogConnectFailures {
+            application: application.to_string(),
+        }))
         .build_unchecked(manager))
+}
+
+/// bb8 retries a failed connect until `connect_timeout_secs` and then reports only that it
+/// timed out; this logs each failure's reason (a refused TLS certificate, a wrong password,
+/// the server down), so the operator sees why.
+#[derive(Debug, Clone)]
+struct LogConnectFailures {
+    application: String,
+}
+
+impl bb8::ErrorSink<tokio_postgres::Error> for LogConnectFailures {
+    fn sink(&self, error: tokio_postgres::Error) {
+        tracing::warn!(application = %self.application, error = %chain(&error),
+            "database connection failed; retrying until connect_timeout_secs");
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<tokio_postgres::Error>> {
+        Box::new(self.clone())
+    }
 }
 
 /// Opens a connection outside the pool, for work that needs its session to itself (LISTEN,
@@ -313,12 +375,12 @@ pub async fn dedicated(
 ) -> Result<
     (
         Client,
-        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+        tokio_postgres::Connection<tokio_postgres::Socket, TlsStream>,
     ),
     DbError,
 > {
-    pg_config(config, application, "")?
-        .connect(NoTls)
+    target(config, application, "")?
+        .connect()
         .await
         .map_err(DbError::query(format!("connect {application} to database")))
 }
@@ -332,8 +394,8 @@ pub fn render(sql: &str, schema: &str) -> String {
 /// `postgres` database, so a fresh machine needs no manual `createdb`. Returns whether it
 /// created it.
 pub async fn create_database_if_missing(config: &DatabaseConfig) -> Result<bool, DbError> {
-    let pg = pg_config(config, "courier-migrate", "")?;
-    let connected = pg.connect(NoTls).await;
+    let target = target(config, "courier-migrate", "")?;
+    let connected = target.connect().await;
     let error = match connected {
         Ok(_) => return Ok(false),
         Err(error) if error.code() == Some(&SqlState::INVALID_CATALOG_NAME) => error,
@@ -344,7 +406,8 @@ pub async fn create_database_if_missing(config: &DatabaseConfig) -> Result<bool,
             })
         }
     };
-    let Some(name) = pg
+    let Some(name) = target
+        .pg
         .get_dbname()
         .filter(|name| crate::config::is_identifier(name))
     else {
@@ -354,10 +417,10 @@ pub async fn create_database_if_missing(config: &DatabaseConfig) -> Result<bool,
         });
     };
     let name = name.to_owned();
-    let mut server = pg.clone();
+    let mut server = target.pg.clone();
     server.dbname("postgres");
     let (client, connection) = server
-        .connect(NoTls)
+        .connect(target.tls)
         .await
         .map_err(DbError::query("connect to the server's postgres database"))?;
     let driver = tokio::spawn(connection);

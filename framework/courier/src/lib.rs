@@ -11,8 +11,9 @@
 //!   demand and passivated when idle.
 //! - [`supervision`]: restart policies (budget within a window, backoff, escalation).
 //! - [`migrate`]: versioned SQL migrations from `migrations/`.
-//! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections; Pub/Sub clients that honour
-//!   the emulator, and idempotent provisioning.
+//! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections (TLS per libpq's `sslmode`,
+//!   [`conninfo`] reads it from connection strings); Pub/Sub clients that honour the emulator,
+//!   and idempotent provisioning.
 //! - [`service`]: what a service declares (schema, topics, subscriptions, routes), the runtime
 //!   that runs it (relay, consumers, HTTP with health/readiness/metrics) and its CLI.
 //! - [`backfill`]: the operator's full-snapshot pass over a service's aggregates, through the
@@ -26,6 +27,7 @@
 pub mod backfill;
 pub mod backoff;
 pub mod config;
+pub mod conninfo;
 pub mod db;
 pub mod inbound;
 pub mod keyed_actors;

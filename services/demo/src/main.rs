@@ -131,12 +131,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn admin_client(config: &CourierConfig) -> anyhow::Result<tokio_postgres::Client> {
-    let url = config
-        .database
-        .admin_url
-        .as_ref()
-        .unwrap_or(&config.database.url);
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let admin = courier::config::DatabaseConfig {
+        url: config
+            .database
+            .admin_url
+            .clone()
+            .unwrap_or_else(|| config.database.url.clone()),
+        ..config.database.clone()
+    };
+    let (client, connection) = courier::db::dedicated(&admin, "courier-demo")
         .await
         .context("connect to the database to read the flows")?;
     actix_rt::spawn(async move {
