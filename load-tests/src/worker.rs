@@ -63,7 +63,7 @@ async fn orphaned() {
 /// Until SIGTERM, SIGINT or the harness's death.
 async fn stopped() {
     tokio::select! {
-        _ = courier::service::cli::wait_for_signal() => {}
+        _ = courier::service::wait_for_signal() => {}
         _ = orphaned() => {}
     }
 }

@@ -1,5 +1,7 @@
 //! `courier`: the operator's command for a Courier deployment (a library too, so tests can run
-//! its commands in-process beside services).
+//! its commands in-process beside services), and [`service::main`], the command line every
+//! service binary shares. All of Courier's command-line dependencies (clap, indicatif, anyhow)
+//! live in this crate, not in the `courier` framework crate.
 //!
 //! - `migrate` applies the framework's migrations.
 //! - `relay` runs the outbox relay until SIGINT/SIGTERM, then drains in-flight batches.
@@ -18,6 +20,7 @@ mod output;
 mod parked;
 mod provision;
 mod relay;
+pub mod service;
 mod status;
 
 use clap::{Parser, Subcommand};

@@ -3,12 +3,12 @@
 //! and a bare replay (Seek only: the inbox keeps replayed events from applying twice).
 
 use crate::output::print_json;
+use crate::service::audit_actor;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use courier::inbound::OffsetStore;
 use courier::pubsub::PubSub;
-use courier::service::cli::audit_actor;
 use courier::CourierConfig;
 
 #[derive(Subcommand)]

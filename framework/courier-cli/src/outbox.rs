@@ -2,9 +2,9 @@
 //! list, retry, skip (retries and skips are audited in `outbox_operator_actions`).
 
 use crate::output::print_json;
+use crate::service::audit_actor;
 use clap::{Args, Subcommand};
 use courier::outbox::operator::{Audit, DeadSelection, OutboxOperator};
-use courier::service::cli::audit_actor;
 use courier::CourierConfig;
 use uuid::Uuid;
 

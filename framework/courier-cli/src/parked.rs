@@ -3,10 +3,10 @@
 //! missing event (`courier dlq republish`), or skipping the gap for good (audited).
 
 use crate::output::print_json;
+use crate::service::audit_actor;
 use clap::{Args, Subcommand};
 use courier::inbound::parked::{KeyVersions, Release};
 use courier::pubsub::PubSub;
-use courier::service::cli::audit_actor;
 use courier::CourierConfig;
 
 #[derive(Subcommand)]

@@ -26,7 +26,7 @@ pub async fn run(config: CourierConfig, args: RelayArgs) -> anyhow::Result<()> {
     }
     let relay = Relay::spawn(&config, RelayOptions::default())?;
     tracing::info!(instance = %relay.instance_id, "relay running; SIGINT or SIGTERM stops it");
-    courier::service::cli::wait_for_signal().await;
+    courier::service::wait_for_signal().await;
     tracing::info!("stopping: releasing shards and draining in-flight batches");
     relay.shutdown(Duration::from_secs(args.grace_secs)).await;
     Ok(())

@@ -15,7 +15,8 @@
 //!   [`conninfo`] reads it from connection strings); Pub/Sub clients that honour the emulator,
 //!   and idempotent provisioning.
 //! - [`service`]: what a service declares (schema, topics, subscriptions, routes), the runtime
-//!   that runs it (relay, consumers, HTTP with health/readiness/metrics) and its CLI.
+//!   that runs it (relay, consumers, HTTP with health/readiness/metrics); its command line is
+//!   in the `courier-cli` crate, so this crate carries no command-line dependencies.
 //! - [`backfill`]: the operator's full-snapshot pass over a service's aggregates, through the
 //!   outbox, in batches, resumable (`backfill_runs`).
 //! - [`retention`]: the Janitor that deletes published outbox and processed inbox rows.

@@ -124,7 +124,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "== serving until Ctrl-C (try: curl http://{}/videos/{})",
         running.catalog.addr, story.videos[0]
     );
-    courier::service::cli::wait_for_signal().await;
+    courier::service::wait_for_signal().await;
     println!("== stopping");
     running.shutdown(Duration::from_secs(10)).await;
     Ok(())

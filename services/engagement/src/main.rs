@@ -8,5 +8,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    courier::service::cli::main(courier_engagement::service)
+    courier_cli::service::main(courier_engagement::service)
 }

@@ -1,18 +1,18 @@
 //! What a service declares — its schema, outbound topics, inbound subscriptions with their
 //! projections, and HTTP routes — and what the framework builds from that declaration.
 //!
-//! A service is a function returning a [`Service`]; [`cli::main`] turns it into a binary with
-//! `serve`, `migrate`, `provision`, `rebuild` and `backfill`, and [`RunningService`] runs it
-//! in-process (tests, demo).
+//! A service is a function returning a [`Service`]; `courier_cli::service::main` (the
+//! `courier-cli` crate, so this one carries no command-line dependencies) turns it into a
+//! binary with `serve`, `migrate`, `provision`, `rebuild` and `backfill`, and
+//! [`RunningService`] runs it in-process (tests, demo).
 //! The framework wires the relay, the consumers, supervision, health, readiness, metrics and
 //! config; the service writes SQL, handlers and projections.
 
-pub mod cli;
 pub mod http;
 pub mod runtime;
 
 pub use http::{read_at_least, ApiError, VersionToken, WriteAccess};
-pub use runtime::{RunOptions, RunningService, ServiceError};
+pub use runtime::{wait_for_signal, RunOptions, RunningService, ServiceError};
 
 use crate::backfill::BackfillSource;
 use crate::db::{DbError, PgPool, PooledClient};

@@ -1,10 +1,11 @@
 //! The command line every service binary shares: `serve`, `migrate`, `provision`, `rebuild`,
-//! `backfill`.
+//! `backfill`. A service's `main` is `courier_cli::service::main(my_service::service)`; the
+//! framework crate itself carries no command-line dependencies.
 
-use super::runtime::{self, RunOptions, RunningService};
-use super::Service;
-use crate::CourierConfig;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use courier::service::runtime::{self, RunOptions, RunningService};
+use courier::service::{wait_for_signal, Service};
+use courier::CourierConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use std::time::Duration;
 struct Cli {
     /// Deployment config (TOML) [default: deploy/local/<service>.toml]. COURIER_<SECTION>__<KEY>
     /// variables and PUBSUB_EMULATOR_HOST override its keys.
-    #[arg(long, env = crate::config::CONFIG_PATH_ENV, global = true)]
+    #[arg(long, env = courier::config::CONFIG_PATH_ENV, global = true)]
     config: Option<PathBuf>,
     /// Log as JSON lines instead of text (level from RUST_LOG, default info).
     #[arg(long, global = true)]
@@ -82,8 +83,8 @@ enum Command {
         #[arg(long)]
         aggregate: Option<String>,
         /// Aggregates per transaction (1 to 10000).
-        #[arg(long, default_value_t = crate::backfill::DEFAULT_BATCH_SIZE,
-              value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::backfill::MAX_BATCH_SIZE)))]
+        #[arg(long, default_value_t = courier::backfill::DEFAULT_BATCH_SIZE,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(courier::backfill::MAX_BATCH_SIZE)))]
         batch_size: u32,
         /// Count what would be emitted (and which run would resume); write nothing.
         #[arg(long, conflicts_with = "status")]
@@ -117,7 +118,7 @@ pub fn main(service: fn() -> Service) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    crate::telemetry::init_logging(cli.log_json, "info");
+    courier::telemetry::init_logging(cli.log_json, "info");
     let path = cli
         .config
         .clone()
@@ -241,7 +242,7 @@ async fn run(
                 ..RunOptions::default()
             };
             // One service per process: its series carry `service="<name>"`.
-            crate::metrics::install_for_service(service().name);
+            courier::metrics::install_for_service(service().name);
             let running = RunningService::start(service(), &config, options).await?;
             println!("{} listening on http://{}", running.name, running.addr);
             wait_for_signal().await;
@@ -263,10 +264,10 @@ async fn backfill(
     status: bool,
     reason: &str,
 ) -> anyhow::Result<()> {
-    use crate::backfill::Backfill;
     use anyhow::Context as _;
+    use courier::backfill::Backfill;
     let source = service.backfill(aggregate)?;
-    let pool = crate::db::pool(&config.database, &format!("{}-backfill", service.name))?;
+    let pool = courier::db::pool(&config.database, &format!("{}-backfill", service.name))?;
     let backfill = Backfill::new(pool, config, source);
     let kind = backfill.aggregate_type();
     if status {
@@ -359,27 +360,4 @@ fn confirm(warning: &str, word: &str) -> anyhow::Result<()> {
     std::io::stdin().lock().read_line(&mut answer)?;
     anyhow::ensure!(answer.trim() == word, "not confirmed; nothing changed");
     Ok(())
-}
-
-/// SIGINT (Ctrl-C) or SIGTERM (what Cloud Run and Kubernetes send).
-pub async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
