@@ -87,6 +87,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0011_contiguous_versions",
             sql: include_str!("../../../migrations/courier/0011_contiguous_versions.sql"),
         },
+        Migration {
+            version: 12,
+            name: "0012_index_unpublished_versions",
+            sql: include_str!("../../../migrations/courier/0012_index_unpublished_versions.sql"),
+        },
     ],
 };
 

@@ -137,24 +137,46 @@ async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_no
     assert!(timed_out > 0, "the freeze made no publish time out");
 
     // Full rate: within 10 s of the thaw, a second in which the relay published at least the
-    // write rate (the backlog of the freeze is waiting, so it could publish far more).
-    let mut samples: Vec<(Instant, u64)> = vec![(Instant::now(), relay.published())];
-    wait_until(
-        Duration::from_secs(10),
-        "full publish rate after the thaw",
-        || {
-            let now = (Instant::now(), relay.published());
-            samples.push(now);
-            let second_ago = samples
-                .iter()
-                .rev()
-                .find(|(at, _)| now.0.duration_since(*at) >= Duration::from_secs(1))
-                .copied();
-            async move { second_ago.is_some_and(|(_, then)| now.1 - then >= 200) }
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}: {:?} after the thaw", thawed.elapsed()))?;
+    // write rate (the backlog of the freeze is waiting, so it could publish far more). The
+    // timeline (every 250 ms: published, limit, in flight, rows waiting for a retry) is the
+    // failure message, so a slow recovery says where it stalled.
+    let mut timeline: Vec<(Duration, u64)> = Vec::new();
+    let mut trace = Vec::new();
+    let recovered = loop {
+        let now = (thawed.elapsed(), relay.published());
+        timeline.push(now);
+        let second_ago = timeline
+            .iter()
+            .rev()
+            .find(|(at, _)| now.0.saturating_sub(*at) >= Duration::from_secs(1));
+        if second_ago.is_some_and(|(_, then)| now.1 - then >= 200) {
+            break true;
+        }
+        if now.0 >= Duration::from_secs(10) {
+            break false;
+        }
+        let waiting =
+            s.db.scalar(
+                "SELECT count(*) FROM courier.outbox
+                 WHERE published_at IS NULL AND next_retry_at > now()",
+            )
+            .await?;
+        let limit = relay.publish_limit();
+        trace.push(format!(
+            "{:>5} ms: published {} limit {} in flight {} latency {:.0} ms, {waiting} rows waiting for a retry",
+            now.0.as_millis(),
+            now.1,
+            limit.limit,
+            limit.in_flight,
+            limit.latency_ms
+        ));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        recovered,
+        "no second at the write rate within 10 s of the thaw:\n{}",
+        trace.join("\n")
+    );
 
     let written = writer.finish().await?;
     wait_until(Duration::from_secs(60), "the backlog published", || async {
@@ -185,7 +207,21 @@ async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_no
     assert_eq!(delivered, written, "distinct (key, version) delivered");
     for (key, versions) in publish_order {
         let expected: Vec<i64> = (1..=versions.len() as i64).collect();
-        assert_eq!(versions, expected, "key {key} out of order");
+        if versions != expected {
+            let mut copies: Vec<(u64, String)> = collector
+                .all()
+                .iter()
+                .filter(|r| r.ordering_key == key)
+                .map(|r| {
+                    (
+                        r.message_id.parse().unwrap_or(0),
+                        r.attribute("version").unwrap_or("?").to_string(),
+                    )
+                })
+                .collect();
+            copies.sort();
+            panic!("key {key} out of order: {versions:?}; every copy as (message id, version): {copies:?}");
+        }
     }
     Ok(())
 }

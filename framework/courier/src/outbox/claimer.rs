@@ -166,7 +166,7 @@ impl Claimer {
                             }
                             let full = rows.len() >= act.config.claim_batch_size as usize;
                             permits.keep(rows.len());
-                            act.dispatch(rows, claim_started, permits);
+                            act.dispatch(rows, permits);
                             if full || act.config.claim_linger_millis == 0 {
                                 act.claim(ctx);
                             } else {
@@ -252,12 +252,7 @@ impl Claimer {
     /// Enqueues every key's rows to its publisher now (so keys see batches in claim order);
     /// each key's outcomes are marked as soon as they arrive, and its rows' permits go back
     /// then.
-    fn dispatch(
-        &mut self,
-        rows: Vec<ClaimedRow>,
-        claimed_at: std::time::Instant,
-        mut permits: Permits,
-    ) {
+    fn dispatch(&mut self, rows: Vec<ClaimedRow>, mut permits: Permits) {
         self.in_flight += rows.len();
         for r in &rows {
             let key = PublisherKey {
@@ -269,7 +264,6 @@ impl Claimer {
                 RowMeta {
                     key,
                     event_id: r.event_id,
-                    version: r.version,
                     attempts: r.publish_attempts,
                 },
             );
@@ -281,7 +275,7 @@ impl Claimer {
         // `max_in_flight_batches × claim_batch_size` bounds.
         for group in group_by_key(rows) {
             let group_permits = permits.split_off(group.len());
-            let outcomes = self.publishers.dispatch(group, claimed_at);
+            let outcomes = self.publishers.dispatch(group);
             let sender = self.outcomes.clone();
             actix::spawn(async move {
                 let outcomes = outcomes.await;
@@ -462,6 +456,7 @@ mod tests {
             optional_attributes: Default::default(),
             occurred_at: chrono::Utc::now(),
             publish_attempts: 0,
+            prev_version: None,
         }
     }
 

@@ -25,7 +25,6 @@ pub(super) struct RowMeta {
     pub key: PublisherKey,
     /// For logs: which event a failure concerns.
     pub event_id: Uuid,
-    pub version: i64,
     /// Attempts before this claim.
     pub attempts: i32,
 }
@@ -42,7 +41,7 @@ pub(super) struct Marking {
 
 impl Marking {
     /// Writes the outcomes: published rows, failures (with their retry time or death), and
-    /// rows given back untried; then tells the failed keys' publishers their failure is recorded.
+    /// rows given back untried.
     pub async fn record(&self, outcomes: Vec<PublishOutcome>) -> Result<(), crate::db::DbError> {
         let mut published = Vec::new();
         let mut failed = Vec::new();
@@ -57,14 +56,6 @@ impl Marking {
         let failed = self.plan_failures(failed);
         retry_transient(|| self.store.mark_published(&published, self.token)).await?;
         retry_transient(|| self.store.mark_failed(&failed, self.token)).await?;
-        // Committed: claims starting from now keep these keys' later rows back themselves.
-        let recorded_at = std::time::Instant::now();
-        for row in &failed {
-            if let Some(meta) = self.rows.get(&row.seq) {
-                self.publishers
-                    .failure_recorded(meta.key.clone(), meta.version, recorded_at);
-            }
-        }
         retry_transient(|| self.store.release(&not_tried, self.token)).await?;
         Ok(())
     }

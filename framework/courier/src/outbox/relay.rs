@@ -72,7 +72,6 @@ pub fn start(
             idle_after: Duration::from_secs(config.relay.publisher_idle_secs),
             publish_timeout: Duration::from_secs(config.relay.publish_timeout_secs),
             max_in_flight_batches: config.relay.max_in_flight_batches as usize,
-            park_expiry: config.relay.claim_lease(),
             fault: options.publish_fault.clone(),
             limit: PublishLimit::new(config.relay.publish_limit()),
         },

@@ -31,6 +31,9 @@ pub struct ClaimedRow {
     pub occurred_at: DateTime<Utc>,
     /// Attempts before this one.
     pub publish_attempts: i32,
+    /// The key's closest earlier version that was unpublished when this row was claimed
+    /// (earlier in this claim, in flight, or left behind); `None` when all were published.
+    pub prev_version: Option<i64>,
 }
 
 /// A row whose publish failed, and what to do about it.
@@ -167,6 +170,7 @@ impl OutboxStore {
                 },
                 occurred_at: row.get(10),
                 publish_attempts: row.get(11),
+                prev_version: row.get(12),
             })
             .collect();
         // UPDATE … RETURNING does not keep the CTE's order.

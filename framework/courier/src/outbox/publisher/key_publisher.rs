@@ -1,11 +1,11 @@
 //! KeyPublisher: the actor that publishes one (topic, ordering key)'s rows.
 //!
-//! It hands a batch's rows to the client in order and settles them against one deadline for
-//! the whole hand-over. The first failure of the key parks it (see `park`); the client pauses
-//! a key after an error, and the actor resumes it just before handing over the next row it
-//! admits. Acknowledgements and broker failures are reported to the relay's publish limit.
+//! It hands a batch's rows to the client in order, each only right behind what is already out
+//! (see `frontier`), and settles them against one deadline for the whole hand-over. The
+//! client pauses a key after an error, and the actor resumes it just before handing over the
+//! next row it admits. Acknowledgements and broker failures are reported to the relay's publish limit.
 
-use super::park::{admits, note_handed, Parked};
+use super::frontier::Frontier;
 use super::{message_for, FailureKind, PublishOutcome, PublisherKey, PublisherSettings};
 use crate::keyed_actors::{KeyedActors, Queued};
 use crate::outbox::store::ClaimedRow;
@@ -24,18 +24,7 @@ use tokio::sync::oneshot;
 #[rtype(result = "()")]
 pub struct PublishRows {
     pub rows: Vec<ClaimedRow>,
-    /// When the claim that found these rows started (before its snapshot was taken).
-    pub claimed_at: Instant,
     pub reply: oneshot::Sender<Vec<PublishOutcome>>,
-}
-
-/// The failure of `version` is now recorded in the database (committed at or before `at`):
-/// claims that start later cannot return rows that would overtake it.
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct FailureRecorded {
-    pub version: i64,
-    pub at: Instant,
 }
 
 /// Publishes one ordering key's rows of one topic.
@@ -54,7 +43,8 @@ pub struct KeyPublisher {
     connecting: bool,
     /// Batches handed to the client and not yet settled.
     in_flight: usize,
-    parked: Option<Parked>,
+    /// What of the key is out, in order: the rule for which rows may go next.
+    frontier: Frontier,
     /// The client paused the key after an error and has not been resumed.
     paused: bool,
     last_active: Instant,
@@ -94,21 +84,17 @@ impl KeyPublisher {
             waiting: VecDeque::new(),
             connecting: false,
             in_flight: 0,
-            parked: None,
+            frontier: Frontier::default(),
             paused: false,
             last_active: Instant::now(),
         }
     }
 
     fn passivate_if_idle(&mut self, ctx: &mut Context<Self>) {
-        // A park outlives its key publisher only once it has expired: until then it is what
-        // keeps rows claimed before the failure was recorded from overtaking it.
-        let park_over = self
-            .parked
-            .is_none_or(|p| p.failed_at.elapsed() >= self.settings.park_expiry);
+        // The frontier may go with the actor: a new one starts with nothing out, so it hands
+        // only rows with nothing unpublished before them until its own run builds up.
         let idle = self.in_flight == 0
             && self.waiting.is_empty()
-            && park_over
             && self.last_active.elapsed() >= self.settings.idle_after;
         if !idle {
             return;
@@ -142,6 +128,9 @@ impl KeyPublisher {
                                         act.settings.limit.on_broker_failure();
                                     }
                                     for batch in act.waiting.drain(..) {
+                                        if let Some(first) = batch.rows.first() {
+                                            act.frontier.set_back(first.prev_version);
+                                        }
                                         let outcomes =
                                             fail_first(&batch.rows, &e.to_string(), kind);
                                         let _ = batch.reply.send(outcomes);
@@ -164,25 +153,18 @@ impl KeyPublisher {
         let mut handed = Vec::with_capacity(batch.rows.len());
         let mut stop = false;
         for row in &batch.rows {
-            if stop
-                || !admits(
-                    self.parked.as_ref(),
-                    row.version,
-                    batch.claimed_at,
-                    self.settings.park_expiry,
-                )
-            {
+            if stop || !self.frontier.admits(row.prev_version) {
                 stop = true;
                 handed.push(Handed::NotTried);
                 continue;
             }
-            note_handed(&mut self.parked, row.version);
             if let Some(error) = self.settings.fault.as_ref().and_then(|f| f(row)) {
-                self.park(row.version);
+                // Not handed, so the frontier stays behind it for the batches that follow.
                 handed.push(Handed::Injected(error));
                 stop = true;
                 continue;
             }
+            self.frontier.handed(row.version);
             if self.paused {
                 client.resume_publish(self.key.ordering_key.clone());
                 self.paused = false;
@@ -222,22 +204,9 @@ impl KeyPublisher {
         );
     }
 
-    fn park(&mut self, version: i64) {
-        // A park whose row was retried is over: a new failure starts a new one.
-        let lowest = match self.parked {
-            Some(p) if !p.retried => p.version.min(version),
-            _ => version,
-        };
-        self.parked = Some(Parked {
-            version: lowest,
-            failed_at: Instant::now(),
-            recorded_at: None,
-            retried: false,
-        });
-    }
-
     /// Turns acknowledgements and errors into outcomes. Only the first failure of the key
     /// counts as a failure; rows after it go back untried, whether or not the client sent them.
+    /// The lowest row that did not go out sets the frontier back.
     fn settle(
         &mut self,
         rows: &[ClaimedRow],
@@ -249,10 +218,10 @@ impl KeyPublisher {
         let mut failed = false;
         for (row, result) in rows.iter().zip(results) {
             let seq = row.seq;
-            let behind_failure = failed
-                || self
-                    .parked
-                    .is_some_and(|p| !p.retried && row.version > p.version);
+            // Behind a failure of this batch, or (a handed row the frontier no longer covers)
+            // of an earlier batch that settled first.
+            let handed = matches!(result, Settled::Error(_) | Settled::TimedOut);
+            let behind_failure = failed || (handed && !self.frontier.covers(row.version));
             let failure = match result {
                 Settled::Acked(message_id) => {
                     let latency = started.elapsed();
@@ -297,10 +266,16 @@ impl KeyPublisher {
                 continue;
             }
             failed = true;
-            self.park(row.version);
             metrics::counter!(crate::metrics::OUTBOX_PUBLISH_ERROR_TOTAL).increment(1);
             let (error, kind) = failure;
             outcomes.push(PublishOutcome::Failed { seq, error, kind });
+        }
+        let left_behind = rows
+            .iter()
+            .zip(&outcomes)
+            .find(|(_, outcome)| !matches!(outcome, PublishOutcome::Published { .. }));
+        if let Some((row, _)) = left_behind {
+            self.frontier.set_back(row.prev_version);
         }
         outcomes
     }
@@ -330,18 +305,6 @@ impl Handler<PublishRows> for KeyPublisher {
         self.last_active = Instant::now();
         self.waiting.push_back(msg);
         self.pump(ctx);
-    }
-}
-
-impl Handler<FailureRecorded> for KeyPublisher {
-    type Result = ();
-
-    fn handle(&mut self, msg: FailureRecorded, _ctx: &mut Self::Context) {
-        if let Some(parked) = self.parked.as_mut() {
-            if parked.version == msg.version {
-                parked.recorded_at = Some(msg.at);
-            }
-        }
     }
 }
 

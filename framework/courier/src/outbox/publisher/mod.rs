@@ -6,14 +6,14 @@
 //! messages in order with many in flight, across batches.
 //!
 //! - this module: the registry ([`Publishers`]) and what the claimer and publishers exchange;
-//! - [`key_publisher`]: the actor; [`park`]: which rows a key may send after a failure;
+//! - [`key_publisher`]: the actor; [`frontier`]: which rows a key may hand to the client;
 //! - [`message`]: the Pub/Sub message of a row.
 
+pub mod frontier;
 mod key_publisher;
 pub mod message;
-pub mod park;
 
-pub use key_publisher::{FailureRecorded, KeyPublisher, PublishRows};
+pub use key_publisher::{KeyPublisher, PublishRows};
 pub use message::message_for;
 
 use crate::keyed_actors::{KeyedActors, Queued, Refused};
@@ -24,7 +24,7 @@ use crate::pubsub::PubSub;
 use actix::prelude::*;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -92,9 +92,6 @@ pub struct PublisherSettings {
     pub publish_timeout: Duration,
     /// Batches a claimer may have in flight: a key's mailbox holds one message per batch.
     pub max_in_flight_batches: usize,
-    /// An unrecorded park expires after this (the claim lease): by then the failed row's
-    /// claim has expired and the database decides again.
-    pub park_expiry: Duration,
     pub fault: Option<PublishFault>,
     /// The relay's limit on publishes in flight, which acknowledgements and broker failures
     /// move.
@@ -128,7 +125,6 @@ impl Publishers {
     pub fn dispatch(
         &self,
         rows: Vec<ClaimedRow>,
-        claimed_at: Instant,
     ) -> impl Future<Output = Vec<PublishOutcome>> + 'static {
         let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
         let receiver = match rows.first() {
@@ -137,7 +133,7 @@ impl Publishers {
                     topic: first.topic.clone(),
                     ordering_key: first.aggregate_id.clone(),
                 };
-                self.enqueue(key, rows, claimed_at)
+                self.enqueue(key, rows)
             }
             None => None,
         };
@@ -164,26 +160,13 @@ impl Publishers {
         self.clients.alive()
     }
 
-    /// Tells the key's actor (if it is still live) that a failure is recorded.
-    pub fn failure_recorded(&self, key: PublisherKey, version: i64, at: Instant) {
-        if let Some(addr) = self.live.get(&key) {
-            // Best effort: an unrecorded park expires on its own.
-            let _ = addr.try_send(FailureRecorded { version, at });
-        }
-    }
-
     fn enqueue(
         &self,
         key: PublisherKey,
         rows: Vec<ClaimedRow>,
-        claimed_at: Instant,
     ) -> Option<oneshot::Receiver<Vec<PublishOutcome>>> {
         let (reply, receiver) = oneshot::channel();
-        let message = PublishRows {
-            rows,
-            claimed_at,
-            reply,
-        };
+        let message = PublishRows { rows, reply };
         match self.live.send(&key, message, |queued| {
             self.start_key_publisher(&key, queued)
         }) {

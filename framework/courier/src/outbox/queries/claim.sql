@@ -19,8 +19,9 @@
 --   only while the shard is contested: after its claim token changed (takeover, restart, or
 --   two owners at once), until the other tokens' claims expire. `owner` records this token and
 --   says whether the shard is contested; only then is the (costlier) check made. Rows behind this owner's own claims are
---   taken: its publishers keep each key in claim order and give back, untried, any row that
---   would overtake a failure not yet recorded here.
+--   taken: each comes with `prev_version`, its key's closest earlier version unpublished now,
+--   and its key publisher hands it to Pub/Sub only right behind that version, giving it back
+--   untried otherwise (publisher/frontier.rs).
 -- Lookups by seq say `published_at IS NULL` (true of every claimed row) so they can use
 -- outbox_unpublished_seq, the handle index that holds no history. No index names lock_token or
 -- locked_at, so the claim's UPDATE is a HOT update (0008_hot_claims.sql).
@@ -122,4 +123,11 @@ SET lock_token = $2, locked_at = now()
 FROM claimable c
 WHERE o.seq = c.seq AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
-          o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts
+          o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts,
+          (SELECT max(e.version)
+           FROM {schema}.outbox e
+           WHERE e.shard = o.shard
+             AND e.aggregate_id = o.aggregate_id
+             AND e.version < o.version
+             AND e.published_at IS NULL
+             AND e.topic = o.topic) AS prev_version
