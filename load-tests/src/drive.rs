@@ -4,7 +4,7 @@
 
 use crate::chart::Panel;
 use crate::checker::Scope;
-use crate::processes::{read_all_named, read_process, ProcessReading, TICKS_PER_SECOND};
+use crate::processes::{read_all_named, read_process, ticks_per_second, ProcessReading};
 use crate::report::{new_histogram, Latency};
 use crate::rig::Rig;
 use crate::workload::{KeyPicker, Shape, Writer};
@@ -404,7 +404,10 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
                 .filter(|w| w[1].0 > w[0].0 && w[1].1.cpu_ticks >= w[0].1.cpu_ticks)
                 .map(|w| {
                     let ticks = (w[1].1.cpu_ticks - w[0].1.cpu_ticks) as f64;
-                    (w[1].0, 100.0 * ticks / TICKS_PER_SECOND / (w[1].0 - w[0].0))
+                    (
+                        w[1].0,
+                        100.0 * ticks / ticks_per_second() / (w[1].0 - w[0].0),
+                    )
                 })
                 .collect(),
         );
@@ -442,7 +445,7 @@ pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)>
                 .map(|(_, r)| r.cpu_ticks)
                 .collect();
             let ticks: u64 = readings.windows(2).map(|w| w[1].saturating_sub(w[0])).sum();
-            (label.clone(), ticks as f64 / TICKS_PER_SECOND)
+            (label.clone(), ticks as f64 / ticks_per_second())
         })
         .collect()
 }

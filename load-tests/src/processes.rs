@@ -189,18 +189,29 @@ pub async fn signal(pid: impl std::fmt::Display, signal: &str) {
         .await;
 }
 
-/// One reading of a process from `/proc`.
+/// One reading of a process from `/proc` (through the `procfs` crate).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProcessReading {
     pub rss_bytes: u64,
-    /// User + system CPU time so far, in clock ticks.
+    /// User + system CPU time so far, in clock ticks ([`ticks_per_second`]).
     pub cpu_ticks: u64,
 }
 
-/// Reads `/proc/<pid>/stat`; `None` once the process is gone.
+/// Reads a process's `stat`; `None` once the process is gone.
 pub fn read_process(pid: u32) -> Option<ProcessReading> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&stat)
+    let stat = procfs::process::Process::new(i32::try_from(pid).ok()?)
+        .ok()?
+        .stat()
+        .ok()?;
+    Some(reading(&stat))
+}
+
+fn reading(stat: &procfs::process::Stat) -> ProcessReading {
+    use procfs::WithCurrentSystemInfo as _;
+    ProcessReading {
+        rss_bytes: stat.rss_bytes().get(),
+        cpu_ticks: stat.utime + stat.stime,
+    }
 }
 
 /// CPU of every process named `name` on this machine, summed (PostgreSQL runs one process
@@ -208,15 +219,12 @@ pub fn read_process(pid: u32) -> Option<ProcessReading> {
 /// Backends that exited since the last reading take their ticks with them, so a rate
 /// computed from two readings can dip; negative deltas are dropped where rates are drawn.
 pub fn read_all_named(name: &str) -> ProcessReading {
-    let wanted = format!("({name})");
-    let cpu_ticks = std::fs::read_dir("/proc")
+    let cpu_ticks = procfs::process::all_processes()
         .into_iter()
         .flatten()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-        .filter(|stat| stat.split_whitespace().nth(1) == Some(wanted.as_str()))
-        .filter_map(|stat| parse_stat(&stat))
-        .map(|r| r.cpu_ticks)
+        .filter_map(|process| process.ok()?.stat().ok())
+        .filter(|stat| stat.comm == name)
+        .map(|stat| reading(&stat).cpu_ticks)
         .sum();
     ProcessReading {
         rss_bytes: 0,
@@ -224,48 +232,29 @@ pub fn read_all_named(name: &str) -> ProcessReading {
     }
 }
 
-/// Fields after the command name (which may hold spaces, so split after its `)`):
-/// utime and stime are fields 14 and 15, rss (in pages) field 24.
-pub fn parse_stat(stat: &str) -> Option<ProcessReading> {
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    const PAGE: u64 = 4096;
-    Some(ProcessReading {
-        rss_bytes: field(24)? * PAGE,
-        cpu_ticks: field(14)? + field(15)?,
-    })
+/// Clock ticks per second of `cpu_ticks` (the kernel's USER_HZ).
+pub fn ticks_per_second() -> f64 {
+    procfs::ticks_per_second() as f64
 }
-
-/// Clock ticks per second for `cpu_ticks` (Linux uses 100 on every common platform).
-pub const TICKS_PER_SECOND: f64 = 100.0;
 
 /// The first process whose command line contains every one of `needles` (the emulator's
 /// Java process, found by its port).
 pub fn find_process(needles: &[&str]) -> Option<u32> {
-    let entries = std::fs::read_dir("/proc").ok()?;
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| {
-                let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+    procfs::process::all_processes()
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|process| {
+            process.cmdline().is_ok_and(|args| {
+                let cmdline = args.join(" ");
                 cmdline.contains("java") && needles.iter().all(|n| cmdline.contains(n))
             })
         })
+        .and_then(|process| u32::try_from(process.pid()).ok())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_fields_are_read_after_a_command_name_with_spaces() {
-        let stat = "4242 (tokio runtime) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
-                    250 50 0 0 20 0 9 0 123 567890 1000 18446744073709551615";
-        let reading = parse_stat(stat).expect("parsed");
-        assert_eq!(reading.cpu_ticks, 300);
-        assert_eq!(reading.rss_bytes, 1000 * 4096);
-    }
 
     #[test]
     fn processes_are_summed_by_name() {
@@ -275,10 +264,12 @@ mod tests {
             x = x.wrapping_mul(31).wrapping_add(i);
         }
         assert_ne!(x, 1);
-        let stat = std::fs::read_to_string("/proc/self/stat").expect("own stat");
-        let name = &stat[stat.find('(').expect("(") + 1..stat.rfind(')').expect(")")];
+        let name = procfs::process::Process::myself()
+            .and_then(|me| me.stat())
+            .expect("own stat")
+            .comm;
         let own = read_process(std::process::id()).expect("own reading");
-        let all = read_all_named(name);
+        let all = read_all_named(&name);
         assert!(all.cpu_ticks >= own.cpu_ticks, "{all:?} < {own:?}");
         assert_eq!(all.rss_bytes, 0);
         assert_eq!(read_all_named("no such process name").cpu_ticks, 0);
@@ -288,5 +279,6 @@ mod tests {
     fn this_process_can_be_read() {
         let reading = read_process(std::process::id()).expect("own /proc entry");
         assert!(reading.rss_bytes > 0);
+        assert!(ticks_per_second() >= 1.0);
     }
 }
