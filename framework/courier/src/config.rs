@@ -236,6 +236,21 @@ impl Default for PubSubConfig {
     }
 }
 
+impl PubSubConfig {
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.project.is_empty() {
+            return invalid("pubsub.project", "must not be empty");
+        }
+        if let Some(host) = &self.emulator_host {
+            if !host.contains(':') || host.contains('/') {
+                return invalid("pubsub.emulator_host", "must be host:port");
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RelayConfig {
@@ -339,6 +354,56 @@ impl RelayConfig {
             Duration::from_millis(self.retry_cap_millis),
         )
     }
+
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=1024).contains(&self.shard_count) {
+            return invalid("relay.shard_count", "must be between 1 and 1024");
+        }
+        if !(1..=1000).contains(&self.claim_batch_size) {
+            return invalid("relay.claim_batch_size", "must be between 1 and 1000");
+        }
+        if self.claim_lease_secs < 1 {
+            return invalid("relay.claim_lease_secs", "must be at least 1");
+        }
+        if !(1..=16).contains(&self.max_in_flight_batches) {
+            return invalid("relay.max_in_flight_batches", "must be between 1 and 16");
+        }
+        if self.claim_linger_millis > 1_000 {
+            return invalid("relay.claim_linger_millis", "must be at most 1000");
+        }
+        if self.poll_min_millis < 1 || self.poll_max_millis < self.poll_min_millis {
+            return invalid(
+                "relay.poll_max_millis",
+                "must be at least relay.poll_min_millis, which must be at least 1",
+            );
+        }
+        if self.publish_max_attempts < 1 {
+            return invalid("relay.publish_max_attempts", "must be at least 1");
+        }
+        if self.retry_cap_millis < self.retry_base_millis {
+            return invalid(
+                "relay.retry_cap_millis",
+                "must be at least relay.retry_base_millis",
+            );
+        }
+        if self.publish_timeout_secs < 1 || self.publish_timeout_secs >= self.claim_lease_secs {
+            return invalid(
+                "relay.publish_timeout_secs",
+                "must be at least 1 and less than relay.claim_lease_secs (a publish must not outlive its claim)",
+            );
+        }
+        if self.publish_limit_min < 1 || self.publish_limit_max < self.publish_limit_min {
+            return invalid(
+                "relay.publish_limit_max",
+                "must be at least relay.publish_limit_min, which must be at least 1",
+            );
+        }
+        if self.publish_latency_target_millis < 10 {
+            return invalid("relay.publish_latency_target_millis", "must be at least 10");
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -433,6 +498,85 @@ impl ConsumerConfig {
                 }),
         }
     }
+
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=32).contains(&self.streams) {
+            return invalid("consumer.streams", "must be between 1 and 32");
+        }
+        if self.max_outstanding_messages < 1 {
+            return invalid("consumer.max_outstanding_messages", "must be at least 1");
+        }
+        if !(1024..=u64::from(u32::MAX)).contains(&self.max_outstanding_bytes) {
+            return invalid(
+                "consumer.max_outstanding_bytes",
+                "must be between 1024 and 4294967295",
+            );
+        }
+        if !(10..=600).contains(&self.lease_extension_secs) {
+            return invalid(
+                "consumer.lease_extension_secs",
+                "must be between 10 and 600 (Pub/Sub's ack deadline range)",
+            );
+        }
+        if !(1..=100).contains(&self.max_delivery_attempts) {
+            return invalid(
+                "consumer.max_delivery_attempts",
+                "must be between 1 and 100",
+            );
+        }
+        if self.transient_retries > 100 {
+            return invalid("consumer.transient_retries", "must be at most 100");
+        }
+        if !(1..=60_000).contains(&self.transient_backoff_first_millis) {
+            return invalid(
+                "consumer.transient_backoff_first_millis",
+                "must be between 1 and 60000",
+            );
+        }
+        if !(self.transient_backoff_first_millis..=600_000)
+            .contains(&self.transient_backoff_cap_millis)
+        {
+            return invalid(
+                "consumer.transient_backoff_cap_millis",
+                "must be between transient_backoff_first_millis and 600000",
+            );
+        }
+        if !(1..=3600).contains(&self.gate_timeout_secs) {
+            return invalid(
+                "consumer.gate_timeout_secs",
+                "must be between 1 and 3600 (the client holds a message at most an hour)",
+            );
+        }
+        if !(1..=3600).contains(&self.gap_wait_secs) {
+            return invalid(
+                "consumer.gap_wait_secs",
+                "must be between 1 and 3600 (the client holds a message at most an hour)",
+            );
+        }
+        if !(1..=1000).contains(&self.max_events_per_transaction) {
+            return invalid(
+                "consumer.max_events_per_transaction",
+                "must be between 1 and 1000",
+            );
+        }
+        if !(1..=10_000).contains(&self.commit_max_events) {
+            return invalid("consumer.commit_max_events", "must be between 1 and 10000");
+        }
+        if self.commit_linger_millis > 1_000 {
+            return invalid("consumer.commit_linger_millis", "must be at most 1000");
+        }
+        if self.max_live_projectors < 1 {
+            return invalid("consumer.max_live_projectors", "must be at least 1");
+        }
+        if let Err(reason) = self.start_from() {
+            return invalid("consumer.start_from", &reason);
+        }
+        if !(1..=4096).contains(&self.offset_lanes) {
+            return invalid("consumer.offset_lanes", "must be between 1 and 4096");
+        }
+        Ok(())
+    }
 }
 
 impl Default for ConsumerConfig {
@@ -475,6 +619,28 @@ pub struct SupervisionConfig {
     pub projector_router: RestartPolicy,
     /// The retention janitor.
     pub janitor: RestartPolicy,
+}
+
+impl SupervisionConfig {
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        for (kind, policy) in [
+            ("notify_listener", &self.notify_listener),
+            ("shard_owner", &self.shard_owner),
+            ("claimer", &self.claimer),
+            ("receiver", &self.receiver),
+            ("projector_router", &self.projector_router),
+            ("janitor", &self.janitor),
+        ] {
+            policy
+                .validate()
+                .map_err(|(field, reason)| ConfigError::Invalid {
+                    key: format!("supervision.{kind}.{field}"),
+                    reason: reason.into(),
+                })?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -537,9 +703,48 @@ impl Default for RetentionConfig {
     }
 }
 
+impl RetentionConfig {
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.outbox_hours < 1 || self.inbox_hours < 1 {
+            return invalid(
+                "retention.outbox_hours",
+                "outbox_hours and inbox_hours must be at least 1",
+            );
+        }
+        if self.inbox_hours < 7 * 24 {
+            return invalid(
+                "retention.inbox_hours",
+                "must be at least 168 (7 days): Pub/Sub can redeliver or replay a message that long, and the inbox must still know it",
+            );
+        }
+        if !(1..=100_000).contains(&self.batch_size) {
+            return invalid("retention.batch_size", "must be between 1 and 100000");
+        }
+        if self.interval_secs < 1 {
+            return invalid("retention.interval_secs", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
 impl HttpConfig {
     pub fn read_wait(&self) -> Duration {
         Duration::from_millis(self.read_wait_millis)
+    }
+
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return invalid("http.listen", "must be ip:port, for example 0.0.0.0:8080");
+        }
+        if matches!(&self.auth_token, Some(token) if token.trim().len() < 16) {
+            return invalid("http.auth_token", "must be at least 16 characters when set");
+        }
+        if self.read_wait_millis > 60_000 {
+            return invalid("http.read_wait_millis", "must be at most 60000");
+        }
+        Ok(())
     }
 }
 
@@ -551,7 +756,7 @@ impl CourierConfig {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml_and_env(&text, std::env::vars())
+        Self::from_source(&text, Some(path), std::env::vars())
     }
 
     /// Defaults, then the process environment, validated.
@@ -564,192 +769,58 @@ impl CourierConfig {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
+        Self::from_source(text, None, env)
+    }
+
+    /// [`Self::from_toml_and_env`] for the text of `file`. A bad value's error says where it
+    /// came from: the environment variable that set it, the file, or the default.
+    fn from_source(
+        text: &str,
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let in_file = table.clone();
+        let mut set_by_env = std::collections::HashMap::new();
         for (name, value) in env {
-            apply_env_override(&mut table, &name, &value)?;
+            if let Some(key) = apply_env_override(&mut table, &name, &value)? {
+                set_by_env.insert(key, name);
+            }
         }
         let config: CourierConfig = toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
-        config.validate()?;
+        config.validate().map_err(|error| match error {
+            ConfigError::Invalid { key, reason } => {
+                let origin = match (set_by_env.get(&key), file) {
+                    (Some(variable), _) => format!("environment variable {variable}"),
+                    (None, Some(file)) if has_key(&in_file, &key) => {
+                        format!("config file {}", file.display())
+                    }
+                    (None, _) if has_key(&in_file, &key) => "the config text".into(),
+                    (None, _) => "the default".into(),
+                };
+                ConfigError::Invalid {
+                    reason: format!("{reason} (value from {origin})"),
+                    key,
+                }
+            }
+            other => other,
+        })?;
         Ok(config)
     }
 
-    /// Checks ranges and formats, naming the key of the first bad value.
+    /// Checks ranges and formats, naming the key of the first bad value. Each section's
+    /// rules sit beside its fields, in its own `validate`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.database.validate()?;
-        if self.pubsub.project.is_empty() {
-            return invalid("pubsub.project", "must not be empty");
-        }
-        if let Some(host) = &self.pubsub.emulator_host {
-            if !host.contains(':') || host.contains('/') {
-                return invalid("pubsub.emulator_host", "must be host:port");
-            }
-        }
-        let r = &self.relay;
-        if !(1..=1024).contains(&r.shard_count) {
-            return invalid("relay.shard_count", "must be between 1 and 1024");
-        }
-        if !(1..=1000).contains(&r.claim_batch_size) {
-            return invalid("relay.claim_batch_size", "must be between 1 and 1000");
-        }
-        if r.claim_lease_secs < 1 {
-            return invalid("relay.claim_lease_secs", "must be at least 1");
-        }
-        if !(1..=16).contains(&r.max_in_flight_batches) {
-            return invalid("relay.max_in_flight_batches", "must be between 1 and 16");
-        }
-        if r.claim_linger_millis > 1_000 {
-            return invalid("relay.claim_linger_millis", "must be at most 1000");
-        }
-        if r.poll_min_millis < 1 || r.poll_max_millis < r.poll_min_millis {
-            return invalid(
-                "relay.poll_max_millis",
-                "must be at least relay.poll_min_millis, which must be at least 1",
-            );
-        }
-        if r.publish_max_attempts < 1 {
-            return invalid("relay.publish_max_attempts", "must be at least 1");
-        }
-        if r.retry_cap_millis < r.retry_base_millis {
-            return invalid(
-                "relay.retry_cap_millis",
-                "must be at least relay.retry_base_millis",
-            );
-        }
-        if r.publish_timeout_secs < 1 || r.publish_timeout_secs >= r.claim_lease_secs {
-            return invalid(
-                "relay.publish_timeout_secs",
-                "must be at least 1 and less than relay.claim_lease_secs (a publish must not outlive its claim)",
-            );
-        }
-        if r.publish_limit_min < 1 || r.publish_limit_max < r.publish_limit_min {
-            return invalid(
-                "relay.publish_limit_max",
-                "must be at least relay.publish_limit_min, which must be at least 1",
-            );
-        }
-        if r.publish_latency_target_millis < 10 {
-            return invalid("relay.publish_latency_target_millis", "must be at least 10");
-        }
-        let c = &self.consumer;
-        if !(1..=32).contains(&c.streams) {
-            return invalid("consumer.streams", "must be between 1 and 32");
-        }
-        if c.max_outstanding_messages < 1 {
-            return invalid("consumer.max_outstanding_messages", "must be at least 1");
-        }
-        if !(1024..=u64::from(u32::MAX)).contains(&c.max_outstanding_bytes) {
-            return invalid(
-                "consumer.max_outstanding_bytes",
-                "must be between 1024 and 4294967295",
-            );
-        }
-        if !(10..=600).contains(&c.lease_extension_secs) {
-            return invalid(
-                "consumer.lease_extension_secs",
-                "must be between 10 and 600 (Pub/Sub's ack deadline range)",
-            );
-        }
-        if !(1..=100).contains(&c.max_delivery_attempts) {
-            return invalid(
-                "consumer.max_delivery_attempts",
-                "must be between 1 and 100",
-            );
-        }
-        if c.transient_retries > 100 {
-            return invalid("consumer.transient_retries", "must be at most 100");
-        }
-        if !(1..=60_000).contains(&c.transient_backoff_first_millis) {
-            return invalid(
-                "consumer.transient_backoff_first_millis",
-                "must be between 1 and 60000",
-            );
-        }
-        if !(c.transient_backoff_first_millis..=600_000).contains(&c.transient_backoff_cap_millis) {
-            return invalid(
-                "consumer.transient_backoff_cap_millis",
-                "must be between transient_backoff_first_millis and 600000",
-            );
-        }
-        if !(1..=3600).contains(&c.gate_timeout_secs) {
-            return invalid(
-                "consumer.gate_timeout_secs",
-                "must be between 1 and 3600 (the client holds a message at most an hour)",
-            );
-        }
-        if !(1..=3600).contains(&c.gap_wait_secs) {
-            return invalid(
-                "consumer.gap_wait_secs",
-                "must be between 1 and 3600 (the client holds a message at most an hour)",
-            );
-        }
-        if !(1..=1000).contains(&c.max_events_per_transaction) {
-            return invalid(
-                "consumer.max_events_per_transaction",
-                "must be between 1 and 1000",
-            );
-        }
-        if !(1..=10_000).contains(&c.commit_max_events) {
-            return invalid("consumer.commit_max_events", "must be between 1 and 10000");
-        }
-        if c.commit_linger_millis > 1_000 {
-            return invalid("consumer.commit_linger_millis", "must be at most 1000");
-        }
-        if c.max_live_projectors < 1 {
-            return invalid("consumer.max_live_projectors", "must be at least 1");
-        }
-        if let Err(reason) = c.start_from() {
-            return invalid("consumer.start_from", &reason);
-        }
-        if !(1..=4096).contains(&c.offset_lanes) {
-            return invalid("consumer.offset_lanes", "must be between 1 and 4096");
-        }
-        if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
-            return invalid("http.listen", "must be ip:port, for example 0.0.0.0:8080");
-        }
-        if matches!(&self.http.auth_token, Some(token) if token.trim().len() < 16) {
-            return invalid("http.auth_token", "must be at least 16 characters when set");
-        }
-        let keep = &self.retention;
-        if keep.outbox_hours < 1 || keep.inbox_hours < 1 {
-            return invalid(
-                "retention.outbox_hours",
-                "outbox_hours and inbox_hours must be at least 1",
-            );
-        }
-        if keep.inbox_hours < 7 * 24 {
-            return invalid(
-                "retention.inbox_hours",
-                "must be at least 168 (7 days): Pub/Sub can redeliver or replay a message that long, and the inbox must still know it",
-            );
-        }
-        if !(1..=100_000).contains(&keep.batch_size) {
-            return invalid("retention.batch_size", "must be between 1 and 100000");
-        }
-        if keep.interval_secs < 1 {
-            return invalid("retention.interval_secs", "must be at least 1");
-        }
-        if self.http.read_wait_millis > 60_000 {
-            return invalid("http.read_wait_millis", "must be at most 60000");
-        }
-        for (kind, policy) in [
-            ("notify_listener", &self.supervision.notify_listener),
-            ("shard_owner", &self.supervision.shard_owner),
-            ("claimer", &self.supervision.claimer),
-            ("receiver", &self.supervision.receiver),
-            ("projector_router", &self.supervision.projector_router),
-            ("janitor", &self.supervision.janitor),
-        ] {
-            policy
-                .validate()
-                .map_err(|(field, reason)| ConfigError::Invalid {
-                    key: format!("supervision.{kind}.{field}"),
-                    reason: reason.into(),
-                })?;
-        }
-        Ok(())
+        self.pubsub.validate()?;
+        self.relay.validate()?;
+        self.consumer.validate()?;
+        self.http.validate()?;
+        self.retention.validate()?;
+        self.supervision.validate()
     }
 }
 
@@ -761,18 +832,39 @@ pub fn is_identifier(name: &str) -> bool {
         && name.len() <= 63
 }
 
-fn apply_env_override(table: &mut toml::Table, name: &str, value: &str) -> Result<(), ConfigError> {
+/// Whether `table` sets the dotted `key` (`relay.shard_count`).
+fn has_key(table: &toml::Table, key: &str) -> bool {
+    let mut node = Some(table);
+    let mut parts = key.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let Some(value) = node.and_then(|t| t.get(part)) else {
+            return false;
+        };
+        if parts.peek().is_none() {
+            return true;
+        }
+        node = value.as_table();
+    }
+    false
+}
+
+/// Applies one environment variable if it is an override; returns the dotted key it set.
+fn apply_env_override(
+    table: &mut toml::Table,
+    name: &str,
+    value: &str,
+) -> Result<Option<String>, ConfigError> {
     let path: Vec<String> = if name == "PUBSUB_EMULATOR_HOST" {
         if value.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         vec!["pubsub".into(), "emulator_host".into()]
     } else if name == CONFIG_PATH_ENV {
-        return Ok(());
+        return Ok(None);
     } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
         rest.split("__").map(str::to_ascii_lowercase).collect()
     } else {
-        return Ok(());
+        return Ok(None);
     };
     if path.len() < 2 || path.iter().any(String::is_empty) {
         return Err(ConfigError::Invalid {
@@ -798,7 +890,7 @@ fn apply_env_override(table: &mut toml::Table, name: &str, value: &str) -> Resul
         .filter(|v| !v.is_table())
         .unwrap_or_else(|| toml::Value::String(value.into()));
     node.insert(path[path.len() - 1].clone(), parsed);
-    Ok(())
+    Ok(Some(path.join(".")))
 }
 
 #[cfg(test)]
@@ -963,6 +1055,51 @@ mod tests {
         let err = CourierConfig::from_toml_and_env("[database]\nsslmode = \"verify\"\n", env(&[]))
             .expect_err("sslmode");
         assert!(err.to_string().contains("sslmode"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_value_says_where_it_came_from() {
+        let from_env = CourierConfig::from_toml_and_env(
+            "[relay]\nshard_count = 8\n",
+            env(&[("COURIER_RELAY__SHARD_COUNT", "0")]),
+        )
+        .expect_err("shard_count 0");
+        assert!(
+            from_env
+                .to_string()
+                .contains("environment variable COURIER_RELAY__SHARD_COUNT"),
+            "{from_env}"
+        );
+        let dir = std::env::temp_dir().join(format!("courier-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, "[relay]\nclaim_batch_size = 5000\n").expect("write");
+        let from_file = CourierConfig::from_source(
+            &std::fs::read_to_string(&file).expect("read"),
+            Some(&file),
+            env(&[]),
+        )
+        .expect_err("claim_batch_size 5000");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            from_file
+                .to_string()
+                .contains(&format!("config file {}", file.display())),
+            "{from_file}"
+        );
+        let cross_field =
+            CourierConfig::from_toml_and_env("[relay]\nclaim_lease_secs = 5\n", env(&[]))
+                .expect_err("publish timeout 20 s with a 5 s lease");
+        assert!(
+            cross_field
+                .to_string()
+                .contains("relay.publish_timeout_secs"),
+            "{cross_field}"
+        );
+        assert!(
+            cross_field.to_string().contains("the default"),
+            "{cross_field}"
+        );
     }
 
     #[test]
