@@ -29,6 +29,8 @@ pub use tls_postgres::TlsPostgres;
 pub use wait::wait_until;
 
 use courier::CourierConfig;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// A config for one test: its database, the emulator, and timings short enough for tests.
 pub fn test_config(db: &TestDb, pubsub: &TestPubSub) -> CourierConfig {
@@ -76,8 +78,10 @@ pub fn unique_name(prefix: &str) -> String {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
+    // With the binaries' trace context layer, so appended events carry their writer's trace.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_test_writer())
+        .with(courier::telemetry::trace_context_layer())
         .try_init();
 }

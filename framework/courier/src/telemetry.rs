@@ -1,16 +1,112 @@
-//! Logging set-up for the binaries: `tracing` to stderr, text or JSON lines, level from
-//! `RUST_LOG`.
+//! Logging and trace context for the binaries: `tracing` to stderr, text or JSON lines, level
+//! from `RUST_LOG`; and an OpenTelemetry tracer behind `tracing` (tracing-opentelemetry) with
+//! the W3C TraceContext propagator, so a write's trace reaches the events it appends
+//! (`trace_id`, `span_id`, `traceparent` attributes).
+//!
+//! Spans are not exported yet (no OTLP endpoint; issue 23 goes on): the tracer gives them W3C
+//! ids, which is what the attributes carry.
+
+use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer;
 
 /// Installs the global subscriber; `default_level` applies when `RUST_LOG` is unset.
 pub fn init_logging(json: bool, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
+    let output = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let output = if json {
+        output.json().boxed()
     } else {
-        builder.init();
+        output.boxed()
+    };
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(output)
+        .with(trace_context_layer())
+        .try_init();
+}
+
+/// The layer that gives `tracing` spans OpenTelemetry trace context (W3C ids, parents taken
+/// from incoming `traceparent` headers), and sets the W3C propagator as the global one. Every
+/// process that writes events installs it (the binaries, the test kit).
+pub fn trace_context_layer<S>() -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    tracing_opentelemetry::layer().with_tracer(provider.tracer("courier"))
+}
+
+/// The W3C trace context of a span, as events carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceIds {
+    /// 32 lowercase hex digits.
+    pub trace_id: String,
+    /// 16 lowercase hex digits.
+    pub span_id: String,
+    /// The whole `traceparent` header (`00-<trace_id>-<span_id>-<flags>`).
+    pub traceparent: String,
+}
+
+/// The trace context of the current span, if it has one (the trace context layer is
+/// installed and a span is entered).
+pub fn current_trace() -> Option<TraceIds> {
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let ids = span.span_context();
+    if !ids.is_valid() {
+        return None;
+    }
+    let mut headers = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut headers)
+    });
+    Some(TraceIds {
+        trace_id: ids.trace_id().to_string(),
+        span_id: ids.span_id().to_string(),
+        traceparent: headers.remove("traceparent")?,
+    })
+}
+
+/// The trace context a request's headers carry (W3C `traceparent`, through the global
+/// propagator); an empty context when they carry none, so the request starts a trace.
+pub fn extract_context(header: impl Fn(&str) -> Option<String>) -> opentelemetry::Context {
+    let mut carrier = std::collections::HashMap::new();
+    for name in ["traceparent", "tracestate"] {
+        if let Some(value) = header(name) {
+            carrier.insert(name.to_string(), value);
+        }
+    }
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_header_becomes_the_current_trace() {
+        let subscriber = tracing_subscriber::registry().with(trace_context_layer());
+        tracing::subscriber::with_default(subscriber, || {
+            let parent = extract_context(|name| {
+                (name == "traceparent")
+                    .then(|| "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into())
+            });
+            let span = tracing::info_span!("request");
+            let _ = span.set_parent(parent);
+            let trace = span.in_scope(current_trace).expect("a trace");
+            assert_eq!(trace.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+            assert_ne!(trace.span_id, "00f067aa0ba902b7", "the request's own span");
+            assert!(trace
+                .traceparent
+                .starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
+            assert_eq!(current_trace(), None, "outside any span");
+        });
     }
 }

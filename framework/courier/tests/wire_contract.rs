@@ -68,7 +68,8 @@ async fn published_attributes_follow_the_wire_conventions() -> anyhow::Result<()
     .with_source_service("catalog")
     .with_source_version("1.4.2")
     .with_trace_id("4bf92f3577b34da6a3ce929d0e0e4736")
-    .with_span_id("00f067aa0ba902b7");
+    .with_span_id("00f067aa0ba902b7")
+    .with_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
     let bare = NewEvent::new(
         &topic,
         "video",
@@ -117,6 +118,7 @@ async fn published_attributes_follow_the_wire_conventions() -> anyhow::Result<()
         "source_version",
         "trace_id",
         "span_id",
+        "traceparent",
     ]
     .into();
     for message in &received {
@@ -148,6 +150,26 @@ async fn published_attributes_follow_the_wire_conventions() -> anyhow::Result<()
             "occurred_at {}",
             a("occurred_at")
         );
+        let hex = |text: &str, digits: usize| {
+            text.len() == digits && text.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
+        };
+        if let Some(id) = message.attribute("trace_id") {
+            assert!(hex(id, 32), "trace_id {id}");
+        }
+        if let Some(id) = message.attribute("span_id") {
+            assert!(hex(id, 16), "span_id {id}");
+        }
+        if let Some(header) = message.attribute("traceparent") {
+            let parts: Vec<&str> = header.split('-').collect();
+            assert!(
+                parts.len() == 4
+                    && hex(parts[0], 2)
+                    && hex(parts[1], 32)
+                    && hex(parts[2], 16)
+                    && hex(parts[3], 2),
+                "traceparent {header}"
+            );
+        }
         let schema = a("schema_version");
         assert!(
             schema
@@ -174,6 +196,10 @@ async fn published_attributes_follow_the_wire_conventions() -> anyhow::Result<()
         ("source_version", "1.4.2"),
         ("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"),
         ("span_id", "00f067aa0ba902b7"),
+        (
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ),
     ] {
         assert_eq!(full_message.attribute(name), Some(value), "{name}");
     }

@@ -13,6 +13,8 @@ pub struct Api {
     client: awc::Client,
     base: String,
     token: Option<String>,
+    /// Sent with every request (a `traceparent`, …).
+    headers: Vec<(String, String)>,
 }
 
 /// An answer: status and the JSON body (`Value::Null` when it had none).
@@ -42,7 +44,15 @@ impl Api {
                 .finish(),
             base: format!("http://{addr}"),
             token,
+            headers: Vec::new(),
         }
+    }
+
+    /// This API sending `name: value` with every request as well.
+    pub fn with_header(&self, name: &str, value: &str) -> Self {
+        let mut api = self.clone();
+        api.headers.push((name.to_string(), value.to_string()));
+        api
     }
 
     pub fn without_token(&self) -> Self {
@@ -102,6 +112,9 @@ impl Api {
         }
         if !content_type.is_empty() {
             request = request.insert_header(("Content-Type", content_type));
+        }
+        for (name, value) in &self.headers {
+            request = request.insert_header((name.as_str(), value.as_str()));
         }
         let mut response = request
             .send_body(body.to_owned())

@@ -532,3 +532,40 @@ async fn health_readiness_and_metrics_endpoints_answer() -> anyhow::Result<()> {
     assert!(values[m::PROJECTION_VERSION_LAG] >= 1.0);
     Ok(())
 }
+
+/// Issue 23, first part: a write continues the caller's W3C trace, and the events it appends
+/// carry it (`trace_id`, `span_id` of the request's span, `traceparent`); a request without a
+/// `traceparent` starts a trace of its own.
+#[actix_rt::test]
+async fn a_write_continues_the_callers_trace_into_its_events() -> anyhow::Result<()> {
+    let t = TestStack::start(None).await?;
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traced = t.catalog().with_header(
+        "traceparent",
+        &format!("00-{caller_trace}-00f067aa0ba902b7-01"),
+    );
+    let video = create_video(&traced, "Traced").await?;
+    let other = create_video(&t.catalog(), "Untraced").await?;
+    let attributes = |id: Uuid| {
+        format!("SELECT attributes::text FROM catalog.outbox WHERE aggregate_id = '{id}'")
+    };
+    let carried: serde_json::Value = serde_json::from_str(&t.text(&attributes(video)).await)?;
+    assert_eq!(carried["trace_id"], caller_trace, "{carried}");
+    let span_id = carried["span_id"].as_str().unwrap_or_default();
+    assert!(
+        span_id.len() == 16 && span_id != "00f067aa0ba902b7",
+        "the request's own span: {carried}"
+    );
+    assert_eq!(
+        carried["traceparent"],
+        format!("00-{caller_trace}-{span_id}-01"),
+        "{carried}"
+    );
+    let started: serde_json::Value = serde_json::from_str(&t.text(&attributes(other)).await)?;
+    let new_trace = started["trace_id"].as_str().unwrap_or_default();
+    assert!(
+        new_trace.len() == 32 && new_trace != caller_trace && new_trace != "0".repeat(32),
+        "{started}"
+    );
+    Ok(())
+}

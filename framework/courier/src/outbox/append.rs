@@ -146,10 +146,15 @@ impl Outbox {
     pub async fn append_all(
         &self,
         tx: &impl AppendTransaction,
-        events: Vec<NewEvent>,
+        mut events: Vec<NewEvent>,
     ) -> Result<Vec<Appended>, AppendError> {
         if events.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Some(trace) = crate::telemetry::current_trace() {
+            for event in &mut events {
+                event.inherit_trace(&trace);
+            }
         }
         let mut seen = std::collections::HashMap::new();
         for event in &events {

@@ -7,7 +7,8 @@
 //!   `occurred_at` (RFC 3339, UTC, microseconds), `schema_version` (`v1`, `v2`, …; the outbox
 //!   column stays an integer);
 //! - when set: `correlation_id`, `causation_id`, `user_id`, `source_service`,
-//!   `source_version`, `trace_id`, `span_id` ([`OPTIONAL`]).
+//!   `source_version`, `trace_id`, `span_id`, `traceparent` (W3C trace context of the write:
+//!   32 and 16 lowercase hex digits, and the whole `traceparent` header) ([`OPTIONAL`]).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ pub const REQUIRED: [&str; 7] = [
 ];
 
 /// The optional attributes an event may carry.
-pub const OPTIONAL: [&str; 7] = [
+pub const OPTIONAL: [&str; 8] = [
     "correlation_id",
     "causation_id",
     "user_id",
@@ -40,6 +41,7 @@ pub const OPTIONAL: [&str; 7] = [
     "source_version",
     "trace_id",
     "span_id",
+    "traceparent",
 ];
 
 /// `schema_version` on the wire: `v1` for 1.

@@ -39,8 +39,11 @@ pub struct NewEvent {
     pub source_service: Option<String>,
     /// The version of the service that wrote the event.
     pub source_version: Option<String>,
+    /// W3C trace context of the write (`trace_id` 32 hex digits, `span_id` 16, `traceparent`
+    /// the whole header); `Outbox::append` fills them from the current span when unset.
     pub trace_id: Option<String>,
     pub span_id: Option<String>,
+    pub traceparent: Option<String>,
 }
 
 impl NewEvent {
@@ -70,6 +73,7 @@ impl NewEvent {
             source_version: None,
             trace_id: None,
             span_id: None,
+            traceparent: None,
         }
     }
 
@@ -105,6 +109,19 @@ impl NewEvent {
         self.span_id = Some(id.into());
         self
     }
+    pub fn with_traceparent(mut self, header: impl Into<String>) -> Self {
+        self.traceparent = Some(header.into());
+        self
+    }
+
+    /// Fills the trace context left unset from `trace` (the writer's span).
+    pub(crate) fn inherit_trace(&mut self, trace: &crate::telemetry::TraceIds) {
+        if self.trace_id.is_none() && self.span_id.is_none() && self.traceparent.is_none() {
+            self.trace_id = Some(trace.trace_id.clone());
+            self.span_id = Some(trace.span_id.clone());
+            self.traceparent = Some(trace.traceparent.clone());
+        }
+    }
 
     /// The attributes this event will be published with.
     pub fn attributes(&self) -> BTreeMap<String, String> {
@@ -132,6 +149,7 @@ impl NewEvent {
             ("source_version", &self.source_version),
             ("trace_id", &self.trace_id),
             ("span_id", &self.span_id),
+            ("traceparent", &self.traceparent),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
@@ -221,6 +239,7 @@ fn attribute_field(key: &str) -> &'static str {
         "source_version" => "source_version",
         "trace_id" => "trace_id",
         "span_id" => "span_id",
+        "traceparent" => "traceparent",
         _ => "attributes",
     }
 }

@@ -1,5 +1,6 @@
 //! The HTTP edge every service shares: JSON errors with a reason, bearer-token write access,
-//! request-parsing errors as 400, and the health, readiness and metrics endpoints.
+//! request-parsing errors as 400, the health, readiness and metrics endpoints, and a span per
+//! request that continues the caller's W3C trace.
 
 use super::ServiceContext;
 use crate::db::DbError;
@@ -9,6 +10,8 @@ use actix_web::http::StatusCode;
 use actix_web::{web, FromRequest, HttpRequest, HttpResponse, ResponseError};
 use std::future::{ready, Ready};
 use std::time::Duration;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Liveness: answers while the process serves requests.
 pub const HEALTH_PATH: &str = "/healthz";
@@ -235,6 +238,28 @@ where
         }
         tokio::time::sleep(READ_POLL_INTERVAL).await;
     }
+}
+
+/// Runs each request in a span whose parent is the caller's W3C `traceparent` (a new trace
+/// when there is none): the request's business transaction happens inside it, so the events
+/// a handler appends carry the request's trace (`Outbox::append`).
+pub async fn trace_request(
+    request: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let parent = crate::telemetry::extract_context(|name| {
+        request
+            .headers()
+            .get(name)?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
+    });
+    let span =
+        tracing::info_span!("http.request", method = %request.method(), path = %request.path());
+    // Fails only without the trace context layer, and then there is no trace to continue.
+    let _ = span.set_parent(parent);
+    next.call(request).instrument(span).await
 }
 
 #[cfg(test)]

@@ -318,6 +318,7 @@ fn serve_http(
         let data = web::Data::new(context);
         let server = HttpServer::new(move || {
             App::new()
+                .wrap(actix_web::middleware::from_fn(super::http::trace_request))
                 .app_data(data.clone())
                 .configure(configure_common)
                 .configure(routes)

@@ -137,6 +137,12 @@ impl TestStack {
         conn.query_one(sql, &[]).await.expect(sql).get(0)
     }
 
+    /// The text value of `sql`'s first column and row, as the test's superuser.
+    pub async fn text(&self, sql: &str) -> String {
+        let conn = self.db.pool.get().await.expect("connection");
+        conn.query_one(sql, &[]).await.expect(sql).get(0)
+    }
+
     pub async fn outbox_rows(&self) -> (i64, i64) {
         (
             self.count("SELECT count(*) FROM catalog.outbox").await,
