@@ -85,3 +85,27 @@ pub fn init_logging() {
         .with(courier::telemetry::trace_context_layer())
         .try_init();
 }
+
+/// [`init_logging`] with every finished span recorded in memory, for tests of trace
+/// propagation; returns the recording. Call it first thing in its own test binary: the
+/// subscriber is global, and a binary that installed [`init_logging`] records nothing.
+pub fn record_spans() -> opentelemetry_sdk::trace::InMemorySpanExporter {
+    static SPANS: std::sync::OnceLock<opentelemetry_sdk::trace::InMemorySpanExporter> =
+        std::sync::OnceLock::new();
+    SPANS
+        .get_or_init(|| {
+            let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .build();
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            let _ = tracing_subscriber::registry()
+                .with(filter)
+                .with(tracing_subscriber::fmt::layer().with_test_writer())
+                .with(courier::telemetry::trace_context_layer_with(provider))
+                .try_init();
+            exporter
+        })
+        .clone()
+}

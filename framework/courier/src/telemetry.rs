@@ -36,10 +36,20 @@ pub fn trace_context_layer<S>() -> impl Layer<S>
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
+    trace_context_layer_with(opentelemetry_sdk::trace::SdkTracerProvider::builder().build())
+}
+
+/// [`trace_context_layer`] with spans going to `provider`'s processors (an exporter; tests
+/// give it an in-memory one).
+pub fn trace_context_layer_with<S>(
+    provider: opentelemetry_sdk::trace::SdkTracerProvider,
+) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
-    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
     tracing_opentelemetry::layer().with_tracer(provider.tracer("courier"))
 }
 

@@ -121,6 +121,9 @@ pub struct Delivery<E> {
     /// Acks or nacks the message; dropping it nacks.
     pub handler: Handler,
     pub received_at: Instant,
+    /// The event's processing span ([`processing_span`]), open until the delivery is settled
+    /// and dropped.
+    pub span: tracing::Span,
     /// The stream's flow-control slots (one message, its bytes), freed when the delivery is
     /// settled and dropped.
     pub flow_permit: FlowPermit,
@@ -180,4 +183,27 @@ mod tests {
             assert!(err.to_string().contains(name), "{name}: {err}");
         }
     }
+}
+
+/// The span of a message's processing by `consumer_group`: a child of the write's trace (its
+/// `traceparent` attribute), with what an operator looks an event up by. Dead-lettering is an
+/// event on it.
+pub fn processing_span(
+    consumer_group: &str,
+    message: &Message,
+    delivery_attempt: Option<i32>,
+) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let span = tracing::info_span!(
+        "projection.process",
+        event_id = message.attributes.get("event_id").map(String::as_str).unwrap_or_default(),
+        message_id = %message.message_id,
+        ordering_key = %message.ordering_key,
+        consumer_group,
+        delivery_attempt = delivery_attempt.unwrap_or(1),
+    );
+    let parent = crate::telemetry::extract_context(|name| message.attributes.get(name).cloned());
+    // Fails only without the trace context layer, and then there is no trace to continue.
+    let _ = span.set_parent(parent);
+    span
 }

@@ -255,11 +255,14 @@ impl<P: Projection> ConsumerParts<P> {
         message: &google_cloud_pubsub::model::Message,
         handler: google_cloud_pubsub::subscriber::handler::Handler,
         reason: &str,
+        span: &tracing::Span,
     ) -> bool {
         let attempt = handler.delivery_attempt();
         match self.dead_letters.publish(message, reason, attempt).await {
             Ok(_) => {
+                // On the message's processing span: an event of its trace.
                 tracing::warn!(
+                    parent: span,
                     message_id = %message.message_id,
                     ordering_key = %message.ordering_key,
                     consumer_group = %self.spec.group,

@@ -17,7 +17,7 @@
 //! it with backoff or escalates.
 
 use crate::backoff::Backoff;
-use crate::inbound::delivery::{Delivery, EventMeta, FlowPermit, Rejection};
+use crate::inbound::delivery::{processing_span, Delivery, EventMeta, FlowPermit, Rejection};
 use crate::inbound::messages::Deliver;
 use crate::inbound::parts::ConsumerParts;
 use crate::inbound::projection::Projection;
@@ -190,6 +190,7 @@ async fn run_stream<P: Projection>(
             message: message_permit,
             bytes: bytes_permit,
         };
+        let span = processing_span(&parts.spec.group, &message, handler.delivery_attempt());
         match decode(&parts.projection, &message, handler.delivery_attempt()) {
             Ok((meta, event)) => {
                 let delivery = Delivery {
@@ -198,6 +199,7 @@ async fn run_stream<P: Projection>(
                     message,
                     handler,
                     received_at: Instant::now(),
+                    span,
                     flow_permit,
                 };
                 let waiting = Instant::now();
@@ -209,7 +211,7 @@ async fn run_stream<P: Projection>(
                 }
             }
             Err(rejection) => {
-                reject(&parts, message, handler, rejection).await;
+                reject(&parts, message, handler, rejection, &span).await;
                 drop(flow_permit);
             }
         }
@@ -240,9 +242,10 @@ async fn reject<P: Projection>(
     message: Message,
     handler: AckHandler,
     rejection: Rejection,
+    span: &tracing::Span,
 ) {
     metrics::counter!(crate::metrics::PROJECTION_PROCESS_ERROR_TOTAL).increment(1);
     parts
-        .dead_letter(&message, handler, &rejection.to_string())
+        .dead_letter(&message, handler, &rejection.to_string(), span)
         .await;
 }

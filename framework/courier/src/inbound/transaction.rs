@@ -236,7 +236,7 @@ pub(crate) async fn project<P: Projection>(
                 )
             };
             if parts
-                .dead_letter(&delivery.message, delivery.handler, &reason)
+                .dead_letter(&delivery.message, delivery.handler, &reason, &delivery.span)
                 .await
             {
                 Settled::done(version)

@@ -1,0 +1,85 @@
+//! Issue 23: one trace from the HTTP write to the projection in the other service. This binary
+//! records every finished span in memory (`courier_testkit::record_spans`).
+
+mod support;
+
+use courier_testkit::wait_until;
+use std::time::Duration;
+use support::{create_video, TestStack};
+
+/// A video created with a W3C `traceparent` reaches engagement's replica in the same trace:
+/// catalog's `http.request` continues the caller's trace, and engagement's
+/// `projection.process` of the event is its child (through the event's `traceparent`
+/// attribute), carrying the event's ids, its consumer group and its delivery attempt.
+#[actix_rt::test]
+async fn the_projection_of_a_write_is_a_child_of_its_http_request() -> anyhow::Result<()> {
+    let spans = courier_testkit::record_spans();
+    let t = TestStack::start(None).await?;
+    let caller_trace = "0af7651916cd43dd8448eb211c80319c";
+    let traced = t.catalog().with_header(
+        "traceparent",
+        &format!("00-{caller_trace}-b7ad6b7169203331-01"),
+    );
+    let video = create_video(&traced, "Traced across services").await?;
+
+    let in_trace = || {
+        spans
+            .get_finished_spans()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| s.span_context.trace_id().to_string() == caller_trace)
+            .collect::<Vec<_>>()
+    };
+    let video_id = video.to_string();
+    wait_until(
+        Duration::from_secs(30),
+        "engagement's projection span in the caller's trace",
+        || {
+            let found = in_trace().iter().any(|s| {
+                s.name == "projection.process"
+                    && s.attributes.iter().any(|kv| {
+                        kv.key.as_str() == "ordering_key" && kv.value.to_string() == video_id
+                    })
+            });
+            async move { found }
+        },
+    )
+    .await?;
+
+    let spans_in_trace = in_trace();
+    let request = spans_in_trace
+        .iter()
+        .find(|s| s.name == "http.request")
+        .ok_or_else(|| anyhow::anyhow!("no http.request span in the trace: {spans_in_trace:?}"))?;
+    assert_eq!(
+        request.parent_span_id.to_string(),
+        "b7ad6b7169203331",
+        "the request continues the caller's span"
+    );
+    let projection = spans_in_trace
+        .iter()
+        .find(|s| s.name == "projection.process")
+        .ok_or_else(|| anyhow::anyhow!("no projection span"))?;
+    assert_eq!(
+        projection.parent_span_id,
+        request.span_context.span_id(),
+        "the projection is a child of the request that wrote the event"
+    );
+    let attribute = |name: &str| {
+        projection
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == name)
+            .map(|kv| kv.value.to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(attribute("ordering_key"), video_id);
+    assert!(!attribute("event_id").is_empty() && !attribute("message_id").is_empty());
+    assert!(
+        attribute("consumer_group").starts_with("engagement_"),
+        "{}",
+        attribute("consumer_group")
+    );
+    assert_eq!(attribute("delivery_attempt"), "1");
+    Ok(())
+}
