@@ -129,6 +129,29 @@ pub struct Delivery<E> {
     pub flow_permit: FlowPermit,
 }
 
+/// The span of a message's processing by `consumer_group`: a child of the write's trace (its
+/// `traceparent` attribute), with what an operator looks an event up by. Dead-lettering is an
+/// event on it.
+pub fn processing_span(
+    consumer_group: &str,
+    message: &Message,
+    delivery_attempt: Option<i32>,
+) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let span = tracing::info_span!(
+        "projection.process",
+        event_id = message.attributes.get("event_id").map(String::as_str).unwrap_or_default(),
+        message_id = %message.message_id,
+        ordering_key = %message.ordering_key,
+        consumer_group,
+        delivery_attempt = delivery_attempt.unwrap_or(1),
+    );
+    let parent = crate::telemetry::extract_context(|name| message.attributes.get(name).cloned());
+    // Fails only without the trace context layer, and then there is no trace to continue.
+    let _ = span.set_parent(parent);
+    span
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,27 +206,4 @@ mod tests {
             assert!(err.to_string().contains(name), "{name}: {err}");
         }
     }
-}
-
-/// The span of a message's processing by `consumer_group`: a child of the write's trace (its
-/// `traceparent` attribute), with what an operator looks an event up by. Dead-lettering is an
-/// event on it.
-pub fn processing_span(
-    consumer_group: &str,
-    message: &Message,
-    delivery_attempt: Option<i32>,
-) -> tracing::Span {
-    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-    let span = tracing::info_span!(
-        "projection.process",
-        event_id = message.attributes.get("event_id").map(String::as_str).unwrap_or_default(),
-        message_id = %message.message_id,
-        ordering_key = %message.ordering_key,
-        consumer_group,
-        delivery_attempt = delivery_attempt.unwrap_or(1),
-    );
-    let parent = crate::telemetry::extract_context(|name| message.attributes.get(name).cloned());
-    // Fails only without the trace context layer, and then there is no trace to continue.
-    let _ = span.set_parent(parent);
-    span
 }
