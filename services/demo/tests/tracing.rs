@@ -10,9 +10,11 @@ use support::{create_video, TestStack};
 /// A video created with a W3C `traceparent` reaches engagement's replica in the same trace:
 /// catalog's `http.request` continues the caller's trace, and engagement's
 /// `projection.process` of the event is its child (through the event's `traceparent`
-/// attribute), carrying the event's ids, its consumer group and its delivery attempt.
+/// attribute), carrying the event's ids, its consumer group and its delivery attempt. The
+/// relay's `outbox.publish` of the event is linked to the request, with the message id the
+/// projection saw.
 #[actix_rt::test]
-async fn the_projection_of_a_write_is_a_child_of_its_http_request() -> anyhow::Result<()> {
+async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> anyhow::Result<()> {
     let spans = courier_testkit::record_spans();
     let t = TestStack::start(None).await?;
     let caller_trace = "0af7651916cd43dd8448eb211c80319c";
@@ -81,5 +83,31 @@ async fn the_projection_of_a_write_is_a_child_of_its_http_request() -> anyhow::R
         attribute("consumer_group")
     );
     assert_eq!(attribute("delivery_attempt"), "1");
+
+    // The relay's publish: a span of its own, linked to the request that wrote the event.
+    let all = spans.get_finished_spans().unwrap_or_default();
+    let publish = all
+        .iter()
+        .find(|s| {
+            s.name == "outbox.publish"
+                && s.links.iter().any(|link| {
+                    link.span_context.trace_id() == request.span_context.trace_id()
+                        && link.span_context.span_id() == request.span_context.span_id()
+                })
+        })
+        .ok_or_else(|| {
+            let publishes: Vec<_> = all.iter().filter(|s| s.name == "outbox.publish").collect();
+            anyhow::anyhow!("no outbox.publish span linked to the request: {publishes:?}")
+        })?;
+    let published = |name: &str| {
+        publish
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == name)
+            .map(|kv| kv.value.to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(published("ordering_key"), video_id);
+    assert_eq!(published("message_id"), attribute("message_id"));
     Ok(())
 }

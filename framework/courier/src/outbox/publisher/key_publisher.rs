@@ -169,7 +169,10 @@ impl KeyPublisher {
                 client.resume_publish(self.key.ordering_key.clone());
                 self.paused = false;
             }
-            handed.push(Handed::Sent(Box::pin(client.publish(message_for(row)))));
+            handed.push(Handed::Sent(
+                Box::pin(client.publish(message_for(row))),
+                publish_span(row),
+            ));
         }
         self.in_flight += 1;
         let started = Instant::now();
@@ -181,12 +184,16 @@ impl KeyPublisher {
                 let mut results = Vec::with_capacity(handed.len());
                 for item in handed {
                     results.push(match item {
-                        Handed::Sent(future) => {
-                            match tokio::time::timeout_at(deadline, future).await {
+                        Handed::Sent(future, span) => {
+                            let result = match tokio::time::timeout_at(deadline, future).await {
                                 Ok(Ok(id)) => Settled::Acked(id),
                                 Ok(Err(e)) => Settled::Error(e),
                                 Err(_) => Settled::TimedOut,
+                            };
+                            if let (Some(span), Settled::Acked(id)) = (&span, &result) {
+                                span.record("message_id", id.as_str());
                             }
+                            result
                         }
                         Handed::Injected(error) => Settled::Injected(error),
                         Handed::NotTried => Settled::NotTried,
@@ -281,9 +288,34 @@ impl KeyPublisher {
     }
 }
 
-/// A row as handed to the client.
+/// The span of a row's publish, for a row written in a trace (its `traceparent`): a span of
+/// its own, linked to the write's, from the hand-over until the acknowledgement. Rows written
+/// outside a trace get none, so untraced writers (the load harness) pay nothing for it.
+fn publish_span(row: &ClaimedRow) -> Option<tracing::Span> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let traceparent = row.optional_attributes.get("traceparent")?.as_str()?;
+    let write = crate::telemetry::extract_context(|name| {
+        (name == "traceparent").then(|| traceparent.to_string())
+    });
+    let span = tracing::info_span!(
+        "outbox.publish",
+        event_id = %row.event_id,
+        ordering_key = %row.aggregate_id,
+        topic = %row.topic,
+        version = row.version,
+        message_id = tracing::field::Empty,
+    );
+    span.add_link(write.span().span_context().clone());
+    Some(span)
+}
+
+/// A row as handed to the client (with its publish span, closed when it settles).
 enum Handed {
-    Sent(std::pin::Pin<Box<google_cloud_pubsub::publisher::PublishFuture>>),
+    Sent(
+        std::pin::Pin<Box<google_cloud_pubsub::publisher::PublishFuture>>,
+        Option<tracing::Span>,
+    ),
     Injected(String),
     NotTried,
 }
