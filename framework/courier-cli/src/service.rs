@@ -118,13 +118,19 @@ pub fn main(service: fn() -> Service) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    courier::telemetry::init_logging(cli.log_json, "info");
     let path = cli
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("deploy/local/{name}.toml")));
     let config = match CourierConfig::load(&path) {
         Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let spans = match courier::telemetry::init(cli.log_json, "info", &config.telemetry, name) {
+        Ok(provider) => provider,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
@@ -137,7 +143,10 @@ pub fn main(service: fn() -> Service) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(service, cli.command, config)) {
+    let result = runtime.block_on(run(service, cli.command, config));
+    // Sends the spans still batched; an unreachable collector costs them, not the exit.
+    let _ = spans.shutdown();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

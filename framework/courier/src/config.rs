@@ -51,6 +51,34 @@ pub struct CourierConfig {
     pub http: HttpConfig,
     /// How long published outbox rows and processed inbox rows are kept.
     pub retention: RetentionConfig,
+    /// Where spans are exported (OpenTelemetry).
+    pub telemetry: TelemetryConfig,
+}
+
+/// Trace export. Spans carry W3C trace context whether or not they are exported.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// OTLP/HTTP (protobuf) URL the services' spans are exported to, for example
+    /// `http://127.0.0.1:4318/v1/traces` (an OpenTelemetry collector, which can forward to
+    /// Cloud Trace); unset: nothing is exported.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl TelemetryConfig {
+    /// This section's rules; errors name the key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(endpoint) = &self.otlp_endpoint {
+            let scheme_ok = endpoint.starts_with("http://") || endpoint.starts_with("https://");
+            if !scheme_ok || endpoint.contains(char::is_whitespace) {
+                return invalid(
+                    "telemetry.otlp_endpoint",
+                    "must be an http:// or https:// URL, for example http://127.0.0.1:4318/v1/traces",
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `Debug` shows the URLs with their passwords redacted ([`redact_url`]).
@@ -820,7 +848,8 @@ impl CourierConfig {
         self.consumer.validate()?;
         self.http.validate()?;
         self.retention.validate()?;
-        self.supervision.validate()
+        self.supervision.validate()?;
+        self.telemetry.validate()
     }
 }
 
@@ -1030,6 +1059,10 @@ mod tests {
                 "consumer.transient_backoff_cap_millis",
             ),
             ("[consumer]\ngate_timeout_secs = 0\n", "consumer.gate_timeout_secs"),
+            (
+                "[telemetry]\notlp_endpoint = \"collector:4318\"\n",
+                "telemetry.otlp_endpoint",
+            ),
             (
                 "[database]\nurl = \"postgres://h/db?sslmode=verify\"\n",
                 "database.url",

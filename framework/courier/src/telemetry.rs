@@ -3,8 +3,8 @@
 //! the W3C TraceContext propagator, so a write's trace reaches the events it appends
 //! (`trace_id`, `span_id`, `traceparent` attributes).
 //!
-//! Spans are not exported yet (no OTLP endpoint; issue 23 goes on): the tracer gives them W3C
-//! ids, which is what the attributes carry.
+//! Spans are exported over OTLP/HTTP when `telemetry.otlp_endpoint` is set ([`init`]); either
+//! way the tracer gives them W3C ids, which is what the event attributes carry.
 
 use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -12,8 +12,58 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::Layer;
 
-/// Installs the global subscriber; `default_level` applies when `RUST_LOG` is unset.
+/// Why span export could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry.otlp_endpoint: {0}")]
+pub struct TelemetryError(String);
+
+/// The tracer provider for `config`: exporting in batches over OTLP/HTTP to
+/// `telemetry.otlp_endpoint`, or exporting nothing when it is unset. `service` names the
+/// process's spans (`service.name`).
+pub fn tracer_provider(
+    config: &crate::config::TelemetryConfig,
+    service: &str,
+) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, TelemetryError> {
+    use opentelemetry_otlp::WithExportConfig as _;
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(service.to_string())
+        .build();
+    let builder = opentelemetry_sdk::trace::SdkTracerProvider::builder().with_resource(resource);
+    let Some(endpoint) = &config.otlp_endpoint else {
+        return Ok(builder.build());
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(endpoint.clone())
+        .build()
+        .map_err(|e| TelemetryError(e.to_string()))?;
+    Ok(builder.with_batch_exporter(exporter).build())
+}
+
+/// [`init_logging`], exporting spans as `config` says. Keep the returned provider until the
+/// process ends and shut it down then, so the last spans are sent.
+pub fn init(
+    json: bool,
+    default_level: &str,
+    config: &crate::config::TelemetryConfig,
+    service: &str,
+) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, TelemetryError> {
+    let provider = tracer_provider(config, service)?;
+    install(json, default_level, provider.clone());
+    Ok(provider)
+}
+
+/// Installs the global subscriber, exporting nothing; `default_level` applies when
+/// `RUST_LOG` is unset.
 pub fn init_logging(json: bool, default_level: &str) {
+    install(
+        json,
+        default_level,
+        opentelemetry_sdk::trace::SdkTracerProvider::builder().build(),
+    );
+}
+
+fn install(json: bool, default_level: &str, provider: opentelemetry_sdk::trace::SdkTracerProvider) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let output = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
@@ -25,7 +75,7 @@ pub fn init_logging(json: bool, default_level: &str) {
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(output)
-        .with(trace_context_layer())
+        .with(trace_context_layer_with(provider))
         .try_init();
 }
 
