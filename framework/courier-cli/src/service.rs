@@ -129,7 +129,13 @@ pub fn main(service: fn() -> Service) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let spans = match courier::telemetry::init(cli.log_json, "info", &config.telemetry, name) {
+    let spans = match courier::telemetry::init(
+        cli.log_json,
+        "info",
+        &config.telemetry,
+        name,
+        &config.pubsub.project,
+    ) {
         Ok(provider) => provider,
         Err(e) => {
             eprintln!("error: {e}");

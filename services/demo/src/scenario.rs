@@ -57,13 +57,18 @@ pub async fn run(
     let uploader = Uuid::new_v4();
     for title in ["Cats at work", "Dogs at play", "Birds at dawn"] {
         let body = json!({ "uploader_id": uploader, "title": title, "duration_secs": 600 });
-        let reply = expect(catalog.post("/videos", &body).await?, 201, "create video")?;
+        // A trace of the demo's own, as a caller's tracing would start one: the write, its
+        // publish and its projection in engagement all belong to it.
+        let trace = Uuid::new_v4().simple().to_string();
+        let span = &Uuid::new_v4().simple().to_string()[..16];
+        let traced = catalog.with_header("traceparent", &format!("00-{trace}-{span}-01"));
+        let reply = expect(traced.post("/videos", &body).await?, 201, "create video")?;
         let id: Uuid = reply
             .text("aggregate_id")
             .parse()
             .context("create video: aggregate_id")?;
         say(format!(
-            "catalog    POST /videos {title:?} -> 201 video {id} v1"
+            "catalog    POST /videos {title:?} -> 201 video {id} v1 (trace {trace})"
         ));
         story.videos.push(id);
     }

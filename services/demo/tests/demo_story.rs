@@ -18,6 +18,15 @@ async fn the_demo_story_runs_and_every_event_is_projected_once() -> anyhow::Resu
     assert_eq!((story.videos.len(), story.users.len()), (3, 3));
     assert_eq!(story.refused.as_ref().map(|r| r.status), Some(409));
     assert!(lines.len() >= 15, "{lines:#?}");
+    let traces = lines
+        .iter()
+        .filter_map(|line| line.split("(trace ").nth(1)?.strip_suffix(')'))
+        .filter(|id| id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()))
+        .count();
+    assert_eq!(
+        traces, 3,
+        "each created video prints its trace id: {lines:#?}"
+    );
 
     let admin = t.db.client().await?;
     wait_until(
