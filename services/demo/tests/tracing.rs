@@ -111,3 +111,48 @@ async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> any
     assert_eq!(published("message_id"), attribute("message_id"));
     Ok(())
 }
+
+/// Dead-lettering is an event on the message's processing span, in the writer's trace: an
+/// event engagement cannot decode, written in a trace, ends in the dead-letter topic and its
+/// `projection.process` span records `message dead-lettered`.
+#[actix_rt::test]
+async fn dead_lettering_is_an_event_on_the_writers_trace() -> anyhow::Result<()> {
+    let spans = courier_testkit::record_spans();
+    let t = TestStack::start(None).await?;
+    let trace = "5b8aa5a2d2c872e8321cf37308d69df2";
+    let poison = courier::outbox::NewEvent::new(
+        "catalog.video.events",
+        "video",
+        uuid::Uuid::new_v4().to_string(),
+        "video.created",
+        1,
+        b"\xff\xff not a video event".to_vec(),
+    )
+    .with_traceparent(format!("00-{trace}-051581bf3cb55c13-01"));
+    let mut conn = t.db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    courier::outbox::Outbox::new(&t.catalog_config)
+        .append(&tx, poison)
+        .await?;
+    tx.commit().await?;
+
+    wait_until(
+        Duration::from_secs(30),
+        "the dead-lettering recorded on the message's span",
+        || {
+            let found = spans
+                .get_finished_spans()
+                .unwrap_or_default()
+                .iter()
+                .any(|s| {
+                    s.name == "projection.process"
+                        && s.span_context.trace_id().to_string() == trace
+                        && s.parent_span_id.to_string() == "051581bf3cb55c13"
+                        && s.events.iter().any(|e| e.name == "message dead-lettered")
+                });
+            async move { found }
+        },
+    )
+    .await?;
+    Ok(())
+}
