@@ -141,12 +141,23 @@ impl Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    // Logs at warn, but spans at info as a service has them: the measured pipeline pays for
+    // its trace context (a span per request, per traced publish, per consumed message).
+    let logs = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(logs),
         )
-        .with_writer(std::io::stderr)
+        .with(
+            courier::telemetry::trace_context_layer()
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO),
+        )
         .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
