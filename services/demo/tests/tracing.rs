@@ -7,6 +7,15 @@ use courier_testkit::wait_until;
 use std::time::Duration;
 use support::{create_video, TestStack};
 
+/// A span's attribute `name` as text; empty when it has none.
+fn attribute_of(span: &opentelemetry_sdk::trace::SpanData, name: &str) -> String {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == name)
+        .map(|kv| kv.value.to_string())
+        .unwrap_or_default()
+}
+
 /// A video created with a W3C `traceparent` reaches engagement's replica in the same trace:
 /// catalog's `http.request` continues the caller's trace, and engagement's
 /// `projection.process` of the event is its child (through the event's `traceparent`
@@ -67,14 +76,7 @@ async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> any
         request.span_context.span_id(),
         "the projection is a child of the request that wrote the event"
     );
-    let attribute = |name: &str| {
-        projection
-            .attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == name)
-            .map(|kv| kv.value.to_string())
-            .unwrap_or_default()
-    };
+    let attribute = |name: &str| attribute_of(projection, name);
     assert_eq!(attribute("ordering_key"), video_id);
     assert!(!attribute("event_id").is_empty() && !attribute("message_id").is_empty());
     assert!(
@@ -99,16 +101,8 @@ async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> any
             let publishes: Vec<_> = all.iter().filter(|s| s.name == "outbox.publish").collect();
             anyhow::anyhow!("no outbox.publish span linked to the request: {publishes:?}")
         })?;
-    let published = |name: &str| {
-        publish
-            .attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == name)
-            .map(|kv| kv.value.to_string())
-            .unwrap_or_default()
-    };
-    assert_eq!(published("ordering_key"), video_id);
-    assert_eq!(published("message_id"), attribute("message_id"));
+    assert_eq!(attribute_of(publish, "ordering_key"), video_id);
+    assert_eq!(attribute_of(publish, "message_id"), attribute("message_id"));
     Ok(())
 }
 
