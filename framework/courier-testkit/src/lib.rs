@@ -76,14 +76,7 @@ pub fn unique_name(prefix: &str) -> String {
 /// Sends the framework's logs to the test's output (shown for failing tests); level from
 /// `RUST_LOG`, default `info`. Safe to call from every test.
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // With the binaries' trace context layer, so appended events carry their writer's trace.
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_test_writer())
-        .with(courier::telemetry::trace_context_layer())
-        .try_init();
+    install_logging(opentelemetry_sdk::trace::SdkTracerProvider::builder().build());
 }
 
 /// [`init_logging`] with every finished span recorded in memory, for tests of trace
@@ -95,17 +88,24 @@ pub fn record_spans() -> opentelemetry_sdk::trace::InMemorySpanExporter {
     SPANS
         .get_or_init(|| {
             let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-            let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-                .with_simple_exporter(exporter.clone())
-                .build();
-            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-            let _ = tracing_subscriber::registry()
-                .with(filter)
-                .with(tracing_subscriber::fmt::layer().with_test_writer())
-                .with(courier::telemetry::trace_context_layer_with(provider))
-                .try_init();
+            install_logging(
+                opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                    .with_simple_exporter(exporter.clone())
+                    .build(),
+            );
             exporter
         })
         .clone()
+}
+
+/// Test output at `RUST_LOG` (default info), with the binaries' trace context layer (spans
+/// going to `provider`), so appended events carry their writer's trace.
+fn install_logging(provider: opentelemetry_sdk::trace::SdkTracerProvider) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_test_writer())
+        .with(courier::telemetry::trace_context_layer_with(provider))
+        .try_init();
 }
