@@ -54,6 +54,18 @@ pub fn test_config_on(
     config
 }
 
+/// A relay with the default options, except that an actor escalating its failure is logged
+/// rather than ending the process: a test that fails then says why.
+pub fn spawn_relay(config: &CourierConfig) -> anyhow::Result<courier::outbox::RelayHandle> {
+    Ok(courier::outbox::Relay::spawn(
+        config,
+        courier::outbox::RelayOptions {
+            escalate: std::sync::Arc::new(|e| tracing::error!(?e, "actor escalated")),
+            ..courier::outbox::RelayOptions::default()
+        },
+    )?)
+}
+
 /// An event of aggregate `key` at `version` on `topic`, whose payload names both
 /// (`"<key>:<version>"`).
 pub fn keyed_event(topic: &str, key: &str, version: i64) -> courier::outbox::NewEvent {

@@ -2,10 +2,10 @@
 //! emulator behind a TCP proxy (`courier_testkit::BrokerProxy`) that delays or holds the relay's
 //! traffic, as a congested or stalled Pub/Sub does. Subscribers read the emulator directly.
 
-use courier::outbox::{Outbox, Relay, RelayHandle, RelayOptions};
+use courier::outbox::Outbox;
 use courier::CourierConfig;
 use courier_testkit::{
-    keyed_event, test_config, wait_until, BrokerProxy, Collector, TestDb, TestPubSub,
+    keyed_event, spawn_relay, test_config, wait_until, BrokerProxy, Collector, TestDb, TestPubSub,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,17 +44,6 @@ async fn setup(tweak: impl FnOnce(&mut CourierConfig)) -> anyhow::Result<Setup> 
         topic,
         proxy,
     })
-}
-
-fn spawn_relay(config: &CourierConfig) -> anyhow::Result<RelayHandle> {
-    Ok(Relay::spawn(
-        config,
-        RelayOptions {
-            // Not the process's exit: a test that fails says why.
-            escalate: Arc::new(|e| tracing::error!(?e, "actor escalated")),
-            ..RelayOptions::default()
-        },
-    )?)
 }
 
 /// Appends `per_tick` events every 100 ms across `keys` keys (each key's versions in order)

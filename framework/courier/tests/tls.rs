@@ -5,12 +5,11 @@
 use courier::config::DatabaseConfig;
 use courier::conninfo::SslMode;
 use courier::migrate::{migrate, COURIER};
-use courier::outbox::{Outbox, Relay, RelayOptions};
+use courier::outbox::Outbox;
 use courier_testkit::{
-    keyed_event, test_config_on, wait_until, Collector, TestPubSub, TlsPostgres,
+    keyed_event, spawn_relay, test_config_on, wait_until, Collector, TestPubSub, TlsPostgres,
 };
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 async fn cluster() -> anyhow::Result<TlsPostgres> {
@@ -157,13 +156,7 @@ async fn migrations_and_the_relay_run_over_verified_tls() -> anyhow::Result<()> 
     let pool = courier::db::pool(&config.database, "courier-tls-test")?;
     migrate(&pool, &config.database.schema, &[COURIER]).await?;
 
-    let relay = Relay::spawn(
-        &config,
-        RelayOptions {
-            escalate: Arc::new(|e| tracing::error!(?e, "actor escalated")),
-            ..RelayOptions::default()
-        },
-    )?;
+    let relay = spawn_relay(&config)?;
     let outbox = Outbox::new(&config);
     for version in 1..=3 {
         let mut conn = pool.get().await?;

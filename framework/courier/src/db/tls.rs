@@ -23,7 +23,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The connector every Courier connection uses; with `sslmode=disable` it is never asked.
@@ -102,9 +102,18 @@ fn trusted_roots(mode: SslMode, root_cert: Option<&Path>) -> Result<RootCertStor
             }
         }
         None => {
-            // Unreadable system certificates are skipped, as every TLS client does.
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
+            // Read once per process, not at every (re)connect of a dedicated connection. A
+            // named file is read each time: it may be rotated.
+            static SYSTEM_ROOTS: OnceLock<RootCertStore> = OnceLock::new();
+            roots = SYSTEM_ROOTS
+                .get_or_init(|| {
+                    let mut system = RootCertStore::empty();
+                    // Unreadable system certificates are skipped, as every TLS client does.
+                    system
+                        .add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+                    system
+                })
+                .clone();
             if roots.is_empty() {
                 return Err(TlsError::NoSystemRoots { mode });
             }

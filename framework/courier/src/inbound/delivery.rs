@@ -146,9 +146,13 @@ pub fn processing_span(
         consumer_group,
         delivery_attempt = delivery_attempt.unwrap_or(1),
     );
-    let parent = crate::telemetry::extract_context(|name| message.attributes.get(name).cloned());
-    // Fails only without the trace context layer, and then there is no trace to continue.
-    let _ = span.set_parent(parent);
+    // A message written outside a trace starts none here, and costs no propagator call.
+    if message.attributes.contains_key("traceparent") {
+        let parent =
+            crate::telemetry::extract_context(|name| message.attributes.get(name).cloned());
+        // Fails only without the trace context layer, and then there is no trace to continue.
+        let _ = span.set_parent(parent);
+    }
     span
 }
 

@@ -7,9 +7,10 @@
 //! key, 6.8 GB after 300k keys with a new key per aggregate. A `Publisher` frees all of it
 //! when dropped. So a topic's client serves [`KEYS_PER_CLIENT`] key publishers, then new key
 //! publishers get a new client; each key publisher holds its client for its whole life, and a
-//! generation's client is dropped when the last of its key publishers passivates. A key's
-//! rows never go out on two clients at once: a key publisher passivates only with nothing in
-//! flight, and only then can the key's next publisher start on a newer client.
+//! generation's client is dropped when the last of its key publishers passivates, the current
+//! one too (so an idle relay keeps no per-key state). A key's rows never go out on two clients
+//! at once: a key publisher passivates only with nothing in flight, and only then can the key's
+//! next publisher start on a newer client.
 
 use crate::pubsub::{PubSub, PubSubError};
 use google_cloud_pubsub::client::{BasePublisher, Publisher};
@@ -62,8 +63,7 @@ impl TopicClients {
         }
     }
 
-    /// Topic clients alive now: the current one per topic, plus older generations that still
-    /// have a live key publisher.
+    /// Topic clients alive now: those with a live key publisher, of every generation.
     pub fn alive(&self) -> usize {
         self.alive.load(Ordering::Relaxed)
     }
@@ -104,5 +104,18 @@ impl TopicClients {
         });
         current.insert(topic.to_string(), (client.clone(), 1));
         Ok(client)
+    }
+
+    /// Drops `topic`'s current client if no key publisher holds it any more; called by a key
+    /// publisher that has just let go of its client. Older generations go by themselves with
+    /// their last holder; the current one is also held here, for the keys still to come.
+    pub fn release_if_unused(&self, topic: &str) {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current
+            .get(topic)
+            .is_some_and(|(client, _)| Arc::strong_count(client) == 1)
+        {
+            current.remove(topic);
+        }
     }
 }

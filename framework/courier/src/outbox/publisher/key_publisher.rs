@@ -30,8 +30,8 @@ pub struct PublishRows {
 /// Publishes one ordering key's rows of one topic.
 pub struct KeyPublisher {
     key: PublisherKey,
-    /// The topic client this key publisher uses for its whole life (dropped with it, which
-    /// lets a generation's client go once all its keys have passivated).
+    /// The topic client this key publisher uses for its whole life (let go when it stops,
+    /// which lets a generation's client go once all its keys have passivated).
     client: Option<Arc<TopicClient>>,
     clients: Arc<TopicClients>,
     settings: PublisherSettings,
@@ -63,6 +63,10 @@ impl Actor for KeyPublisher {
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).decrement(1.0);
+        // Let go of the client first, so that the last key of a topic frees its client too.
+        if self.client.take().is_some() {
+            self.clients.release_if_unused(&self.key.topic);
+        }
     }
 }
 
