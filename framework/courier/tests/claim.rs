@@ -219,6 +219,14 @@ const BATCH: u32 = 200;
 /// The store's candidate window: `BATCH × CLAIM_WINDOW_FACTOR` (store.rs).
 const WINDOW: i64 = 4 * BATCH as i64;
 
+/// Inserts $2 rows of $3 keys named $1<n> into shard 0, each key's versions counting from $4.
+const INSERT_ROWS: &str = "
+    INSERT INTO courier.outbox (id, shard, topic, aggregate_type, aggregate_id, event_type,
+                                version, schema_version, payload, occurred_at)
+    SELECT gen_random_uuid(), 0, 't.events', 'video', $1 || (i % $3), 'video.changed',
+           i / $3 + $4, 1, '\\x78'::bytea, now()
+    FROM generate_series(0::bigint, $2::bigint - 1) i";
+
 /// When the outbox's column statistics were last taken.
 #[derive(Clone, Copy, PartialEq)]
 enum Analyzed {
@@ -233,13 +241,7 @@ enum Analyzed {
 /// them, waits behind its key's parked row.
 async fn outbox_with_parked_rows(parked: i64, analyzed: Analyzed) -> anyhow::Result<Setup> {
     let s = setup(&[]).await?;
-    // $2 rows of $3 keys named $1<n>, each key's versions counting from $4.
-    let insert = "
-        INSERT INTO courier.outbox (id, shard, topic, aggregate_type, aggregate_id, event_type,
-                                    version, schema_version, payload, occurred_at)
-        SELECT gen_random_uuid(), 0, 't.events', 'video', $1 || (i % $3), 'video.changed',
-               i / $3 + $4, 1, '\\x78'::bytea, now()
-        FROM generate_series(0::bigint, $2::bigint - 1) i";
+    let insert = INSERT_ROWS;
     let client = s.db.client().await?;
     if parked > 0 {
         client
@@ -272,9 +274,45 @@ async fn outbox_with_parked_rows(parked: i64, analyzed: Analyzed) -> anyhow::Res
     Ok(s)
 }
 
-/// Shared buffers (hit + read) one claim of `BATCH` rows in shard 0 touches, from
-/// `EXPLAIN (ANALYZE, BUFFERS)` of the claim statement, rolled back so it claims nothing.
+/// Shared buffers (hit + read) one claim of `BATCH` rows in shard 0 by a new owner touches.
 async fn claim_buffers(db: &TestDb) -> anyhow::Result<i64> {
+    let explained = explain_claim(db, Uuid::new_v4(), 0).await?;
+    let plan = &explained[0]["Plan"];
+    let blocks = |name: &str| plan[name].as_i64().unwrap_or(0);
+    let buffers = blocks("Shared Hit Blocks") + blocks("Shared Read Blocks");
+    anyhow::ensure!(buffers > 0, "no buffer counts in {explained}");
+    Ok(buffers)
+}
+
+/// Rows the scans of one claim by `owner` (looking for fresh rows from `from_seq` on) read,
+/// kept or filtered out. Buffers undercount a walk over rows in flight: consecutive rows share
+/// a heap page, which the scan keeps pinned, but each is still fetched and checked.
+async fn claim_rows_scanned(db: &TestDb, owner: Uuid, from_seq: i64) -> anyhow::Result<f64> {
+    fn scanned(node: &serde_json::Value) -> f64 {
+        let own = if node["Node Type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("Scan"))
+        {
+            let field = |name: &str| node[name].as_f64().unwrap_or(0.0);
+            (field("Actual Rows") + field("Rows Removed by Filter")) * field("Actual Loops")
+        } else {
+            0.0
+        };
+        own + node["Plans"]
+            .as_array()
+            .map_or(0.0, |children| children.iter().map(scanned).sum())
+    }
+    Ok(scanned(
+        &explain_claim(db, owner, from_seq).await?[0]["Plan"],
+    ))
+}
+
+/// `EXPLAIN (ANALYZE, BUFFERS)` of the claim statement, rolled back so it claims nothing.
+async fn explain_claim(
+    db: &TestDb,
+    owner: Uuid,
+    from_seq: i64,
+) -> anyhow::Result<serde_json::Value> {
     let claim = courier::db::render(include_str!("../src/outbox/queries/claim.sql"), "courier");
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
@@ -283,20 +321,16 @@ async fn claim_buffers(db: &TestDb) -> anyhow::Result<i64> {
             &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {claim}"),
             &[
                 &0i32,
-                &Uuid::new_v4(),
+                &owner,
                 &LEASE.as_secs_f64(),
                 &i64::from(BATCH),
                 &WINDOW,
+                &from_seq,
             ],
         )
         .await?;
     tx.rollback().await?;
-    let explained: serde_json::Value = row.get(0);
-    let plan = &explained[0]["Plan"];
-    let blocks = |name: &str| plan[name].as_i64().unwrap_or(0);
-    let buffers = blocks("Shared Hit Blocks") + blocks("Shared Read Blocks");
-    anyhow::ensure!(buffers > 0, "no buffer counts in {explained}");
-    Ok(buffers)
+    Ok(row.get(0))
 }
 
 #[tokio::test]
@@ -339,5 +373,81 @@ async fn rows_parked_for_their_retry_do_not_make_claiming_the_others_costlier() 
             .await?;
         assert!(held.get::<_, bool>(0), "parked-0@2 overtook its parked row");
     }
+    Ok(())
+}
+
+/// An outbox of one shard whose first `in_flight` rows (each of its own key) `owner` has
+/// claimed and not marked yet, ahead of 2,000 fresh rows of 100 keys; with the seq of the
+/// first fresh row. `owner` claimed last in the shard, so the shard is not contested.
+async fn outbox_with_rows_in_flight(in_flight: i64, owner: Uuid) -> anyhow::Result<(Setup, i64)> {
+    let s = setup(&[]).await?;
+    let client = s.db.client().await?;
+    if in_flight > 0 {
+        client
+            .execute(INSERT_ROWS, &[&"flying-", &in_flight, &in_flight, &1i64])
+            .await?;
+        client
+            .execute(
+                "UPDATE courier.outbox SET lock_token = $1, locked_at = now()
+                 WHERE aggregate_id LIKE 'flying-%'",
+                &[&owner],
+            )
+            .await?;
+    }
+    client
+        .execute(INSERT_ROWS, &[&"fresh-", &2_000i64, &100i64, &1i64])
+        .await?;
+    client
+        .execute(
+            "INSERT INTO courier.outbox_shard_state (shard, claim_token) VALUES (0, $1)",
+            &[&owner],
+        )
+        .await?;
+    client
+        .batch_execute("VACUUM ANALYZE courier.outbox")
+        .await?;
+    let first_fresh: i64 = client
+        .query_one(
+            "SELECT min(seq) FROM courier.outbox WHERE aggregate_id LIKE 'fresh-%'",
+            &[],
+        )
+        .await?
+        .get(0);
+    Ok((s, first_fresh))
+}
+
+/// A slow broker or a key per row keeps thousands of the claimer's rows in flight: claimed,
+/// unpublished, still in the index a claim walks, each costing the walk a heap fetch. A claim
+/// resuming after the previous one's last row costs within 2x of one in an outbox with none
+/// in flight, counted in rows scanned (measured: 4,803 against 2,803; a claim from the
+/// shard's start, as every claim did before, scanned 21,003), and takes the fresh rows in
+/// append order.
+#[tokio::test]
+async fn the_owners_rows_in_flight_do_not_make_its_next_claim_costlier() -> anyhow::Result<()> {
+    const IN_FLIGHT: i64 = 20_000;
+    let owner = Uuid::new_v4();
+    let (none, none_from) = outbox_with_rows_in_flight(0, owner).await?;
+    let (flying, flying_from) = outbox_with_rows_in_flight(IN_FLIGHT, owner).await?;
+    let without = claim_rows_scanned(&none.db, owner, none_from).await?;
+    let resumed = claim_rows_scanned(&flying.db, owner, flying_from).await?;
+    let from_start = claim_rows_scanned(&flying.db, owner, 0).await?;
+    assert!(
+        resumed <= 2.0 * without,
+        "a resumed claim scanned {resumed} rows with {IN_FLIGHT} rows in flight, {without} with \
+         none"
+    );
+    assert!(
+        from_start >= IN_FLIGHT as f64,
+        "a claim from the shard's start scanned {from_start} rows, fewer than the \
+         {IN_FLIGHT} in flight it walks past: this count does not see that walk"
+    );
+    let taken = flying
+        .store
+        .claim_from(SHARD, owner, LEASE, BATCH, flying_from)
+        .await?;
+    let expected: Vec<(String, i64)> = (0..i64::from(BATCH))
+        .map(|i| (format!("fresh-{}", i % 100), i / 100 + 1))
+        .collect();
+    assert_eq!(keys(&taken), expected);
     Ok(())
 }

@@ -242,6 +242,50 @@ async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_or
     Ok(())
 }
 
+/// Claims resume after their previous claim's last row (claimer.rs, `ScanFrom`), so a row
+/// whose transaction took its seq early and committed after later rows were claimed lies
+/// below where claims look; it is still published, while other writes keep the relay busy.
+#[tokio::test]
+async fn a_row_committed_after_later_rows_were_claimed_is_still_published() -> anyhow::Result<()> {
+    let s = setup(|c| {
+        c.relay.shard_count = 1;
+        c.relay.claim_batch_size = 10;
+    })
+    .await?;
+    let outbox = Outbox::new(&s.config);
+    let mut late_conn = s.db.pool.get().await?;
+    let late = late_conn.transaction().await?;
+    outbox.append(&late, event(&s.topic, "late", 1)).await?;
+    let _relay = spawn(&s.config, options())?;
+    let busy_until = Instant::now() + Duration::from_secs(4);
+    let mut written = 0;
+    let mut late = Some(late);
+    while Instant::now() < busy_until {
+        commit(
+            &s.db,
+            &s.config,
+            other_keys(&s.topic, &format!("busy-{written}"), 10),
+        )
+        .await?;
+        written += 1;
+        if written == 20 {
+            late.take().expect("committed once").commit().await?;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_until(Duration::from_secs(30), "every row published", || async {
+        all_published(&s.db).await
+    })
+    .await?;
+    wait_until(
+        Duration::from_secs(30),
+        "the late row delivered",
+        || async { s.collector.publish_order().contains_key("late") },
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;

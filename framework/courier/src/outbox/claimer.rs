@@ -12,6 +12,10 @@
 //!
 //! Each (re)start takes a fresh lock token: rows the previous incarnation held become
 //! claimable when their lease expires, and its late marks no longer match.
+//!
+//! Claims look for new rows from just after the previous claim's last row ([`ScanFrom`]), so
+//! a claim does not wade through this claimer's own rows in flight; a full scan from the
+//! shard's start picks up whatever a claim may have passed over.
 
 use crate::config::RelayConfig;
 use crate::outbox::marking::{Marking, RowMeta};
@@ -32,12 +36,67 @@ use uuid::Uuid;
 /// Wakes are hints: one pending is as good as many, so a full mailbox just drops the extra.
 const CLAIMER_MAILBOX: usize = 16;
 
-/// Fewer permits than this (or than a batch, or than the limit's minimum) are not worth a
-/// claim query: wait for more.
-const MIN_CLAIM_ROWS: usize = 16;
+/// Outcomes gathered before a mark runs, unless [`MARK_LINGER`] passes first: with a key
+/// per row, outcomes arrive one at a time, and a mark per handful of rows cost PostgreSQL
+/// more per row than the claim.
+const MARK_GATHER_ROWS: usize = 100;
+
+/// The longest an outcome waits for others before it is marked.
+const MARK_LINGER: Duration = Duration::from_millis(5);
 
 /// How soon a claimer that found the publish limit full looks again.
 const LIMIT_RECHECK: Duration = Duration::from_millis(50);
+
+/// Under a steady backlog a claim scans from the shard's start at least this often, for rows
+/// a claim passed over (see [`ScanFrom`]).
+const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// Where a claim looks for never-failed rows. Rows in flight stay unpublished in the index
+/// the claim walks, each costing a heap fetch, so with thousands in flight (a slow broker,
+/// unique keys) scanning from the shard's start was most of a claim's cost. A claim that got
+/// all it asked for continues after its last row. Rows below that can still become claimable:
+/// a transaction that took its seq earlier and committed later, a row skipped as locked or
+/// held behind another owner's claim or a parked row, rows this claimer gave back. So the
+/// next claim scans from the start after any row went back or failed, after a claim that
+/// found less than it asked for, and at least every [`FULL_SCAN_EVERY`]; passed-over rows wait
+/// at most that long. Order does not depend on it: a row goes out only right behind its key's
+/// earlier versions (`prev_version`), whichever claim finds them.
+#[derive(Debug)]
+struct ScanFrom {
+    seq: i64,
+    last_full_scan: std::time::Instant,
+}
+
+impl ScanFrom {
+    fn start() -> Self {
+        Self {
+            seq: 0,
+            last_full_scan: std::time::Instant::now(),
+        }
+    }
+
+    /// The seq the next claim scans from (0: the shard's start).
+    fn next(&mut self) -> i64 {
+        if self.seq == 0 || self.last_full_scan.elapsed() >= FULL_SCAN_EVERY {
+            self.seq = 0;
+            self.last_full_scan = std::time::Instant::now();
+        }
+        self.seq
+    }
+
+    /// After a claim that asked for `asked` rows and got `rows`.
+    fn claimed(&mut self, asked: usize, rows: &[ClaimedRow]) {
+        self.seq = match rows.iter().map(|r| r.seq).max() {
+            Some(last) if rows.len() >= asked => last + 1,
+            _ => 0,
+        };
+    }
+
+    /// Rows went back (or failed): they and what waits behind them are below the scan start.
+    fn rewind(&mut self) {
+        self.seq = 0;
+    }
+}
 
 /// New rows may be waiting: claim now.
 #[derive(Message, Debug, Clone, Copy)]
@@ -67,6 +126,8 @@ pub struct Claimer {
     claiming: bool,
     /// Rows claimed and not yet marked.
     in_flight: usize,
+    /// Where the next claim looks for new rows.
+    scan_from: ScanFrom,
     /// Each unmarked row's key, version, and the attempts it had when claimed.
     rows: HashMap<i64, RowMeta>,
     /// Outcomes waiting for the next mark.
@@ -76,6 +137,8 @@ pub struct Claimer {
     outcomes: mpsc::UnboundedSender<Vec<PublishOutcome>>,
     /// A mark is running.
     marking: bool,
+    /// A mark waiting for more outcomes (see [`MARK_GATHER_ROWS`]).
+    mark_linger: Option<SpawnHandle>,
     /// What this claimer last wrote to `outbox_shard_state.idle`.
     idle_flagged: bool,
     /// Empty polls in a row (the backoff exponent).
@@ -106,11 +169,13 @@ impl Claimer {
             token: Uuid::new_v4(),
             claiming: false,
             in_flight: 0,
+            scan_from: ScanFrom::start(),
             rows: HashMap::new(),
             settled: Vec::new(),
             // Replaced by `started` before the first claim.
             outcomes: mpsc::unbounded().0,
             marking: false,
+            mark_linger: None,
             idle_flagged: false,
             empty_polls: 0,
             poll_timer: None,
@@ -130,7 +195,9 @@ impl Claimer {
         let batch = self.config.claim_batch_size as usize;
         let limit = self.publishers.limit();
         let mut permits = limit.try_acquire(batch);
-        if permits.count() < batch.min(MIN_CLAIM_ROWS).min(limit.min()) {
+        // While the limit is full its permits come back a row at a time; a claim for a few
+        // rows costs PostgreSQL nearly what one for a batch does, so wait for half a batch.
+        if permits.count() < (batch / 2).max(1).min(limit.min()) {
             drop(permits);
             self.claim_after(LIMIT_RECHECK, ctx);
             return;
@@ -143,9 +210,11 @@ impl Claimer {
         let store = self.store.clone();
         let (shard, token) = (self.shard, self.token);
         let lease = self.config.claim_lease();
-        let limit = u32::try_from(permits.count()).unwrap_or(u32::MAX);
+        let asked = permits.count();
+        let limit = u32::try_from(asked).unwrap_or(u32::MAX);
+        let from_seq = self.scan_from.next();
         ctx.spawn(
-            async move { store.claim(shard, token, lease, limit).await }
+            async move { store.claim_from(shard, token, lease, limit, from_seq).await }
                 .into_actor(self)
                 .map(move |result, act, ctx| {
                     act.claiming = false;
@@ -153,9 +222,14 @@ impl Claimer {
                         shard = act.shard,
                         in_flight = act.in_flight,
                         rows = result.as_ref().map_or(0, Vec::len),
+                        from_seq,
                         claim_ms = claim_started.elapsed().as_millis() as u64,
                         "claimed"
                     );
+                    match &result {
+                        Ok(rows) => act.scan_from.claimed(asked, rows),
+                        Err(_) => act.scan_from.rewind(),
+                    }
                     match result {
                         Ok(rows) if !rows.is_empty() => {
                             metrics::histogram!(crate::metrics::OUTBOX_CLAIM_BATCH_SIZE)
@@ -286,13 +360,35 @@ impl Claimer {
     }
 
     /// Marks every settled outcome in one round of statements, unless a mark is running (its
-    /// completion marks what settled meanwhile).
+    /// completion marks what settled meanwhile) or a few outcomes wait for more.
     fn mark(&mut self, ctx: &mut Context<Self>) {
+        if self.marking || self.settled.is_empty() {
+            return;
+        }
+        if self.settled.len() < MARK_GATHER_ROWS && self.draining.is_none() {
+            if self.mark_linger.is_none() {
+                self.mark_linger = Some(ctx.run_later(MARK_LINGER, |act, ctx| {
+                    act.mark_linger = None;
+                    act.mark_now(ctx);
+                }));
+            }
+            return;
+        }
+        self.mark_now(ctx);
+    }
+
+    fn mark_now(&mut self, ctx: &mut Context<Self>) {
+        if let Some(linger) = self.mark_linger.take() {
+            ctx.cancel_future(linger);
+        }
         if self.marking || self.settled.is_empty() {
             return;
         }
         self.marking = true;
         let outcomes = std::mem::take(&mut self.settled);
+        let gave_back = outcomes
+            .iter()
+            .any(|o| !matches!(o, PublishOutcome::Published { .. }));
         let count = outcomes.len();
         let batch = Marking {
             rows: outcomes
@@ -325,6 +421,10 @@ impl Claimer {
             .map(move |result, act, ctx| {
                 act.marking = false;
                 act.in_flight -= count;
+                if gave_back {
+                    // Once marked they are claimable again, below where claims look.
+                    act.scan_from.rewind();
+                }
                 if let Err(e) = result {
                     // Rows stay claimed by this token; a restart takes a new token so they
                     // are reclaimed after the lease and published again (at least once).
@@ -384,12 +484,14 @@ impl Actor for Claimer {
         self.token = Uuid::new_v4();
         self.claiming = false;
         self.in_flight = 0;
+        self.scan_from = ScanFrom::start();
         self.rows.clear();
         self.settled.clear();
         let (sender, receiver) = mpsc::unbounded();
         self.outcomes = sender;
         ctx.add_stream(receiver);
         self.marking = false;
+        self.mark_linger = None;
         self.empty_polls = 0;
         self.poll_timer = None;
         // Unknown after a restart: the first idle transition writes it.
@@ -458,6 +560,29 @@ mod tests {
             publish_attempts: 0,
             prev_version: None,
         }
+    }
+
+    #[test]
+    fn a_full_claim_moves_the_scan_start_past_its_last_row() {
+        let mut scan = ScanFrom::start();
+        assert_eq!(scan.next(), 0);
+        scan.claimed(2, &[row(7, "a", 1), row(5, "b", 1)]);
+        assert_eq!(scan.next(), 8);
+    }
+
+    #[test]
+    fn the_scan_starts_over_after_a_short_claim_a_rewind_or_a_while() {
+        let mut scan = ScanFrom::start();
+        scan.claimed(3, &[row(7, "a", 1)]);
+        assert_eq!(scan.next(), 0, "a claim that found less than it asked");
+        scan.claimed(1, &[row(7, "a", 1)]);
+        scan.rewind();
+        assert_eq!(scan.next(), 0, "rows went back");
+        scan.claimed(1, &[row(7, "a", 1)]);
+        scan.last_full_scan -= FULL_SCAN_EVERY;
+        assert_eq!(scan.next(), 0, "a full scan is due");
+        scan.claimed(1, &[row(9, "a", 1)]);
+        assert_eq!(scan.next(), 10, "and the next is a second away");
     }
 
     #[test]

@@ -129,6 +129,19 @@ impl OutboxStore {
         lease: Duration,
         limit: u32,
     ) -> Result<Vec<ClaimedRow>, DbError> {
+        self.claim_from(shard, token, lease, limit, 0).await
+    }
+
+    /// [`OutboxStore::claim`], looking for never-failed rows only from `from_seq` on (rows due
+    /// for a retry are looked for everywhere): the claimer's way past its own rows in flight.
+    pub async fn claim_from(
+        &self,
+        shard: u32,
+        token: Uuid,
+        lease: Duration,
+        limit: u32,
+        from_seq: i64,
+    ) -> Result<Vec<ClaimedRow>, DbError> {
         let context = format!("claim batch for shard {shard}");
         let (conn, claim) = self.conn_prepared(&self.claim, &context).await?;
         if !self.ensured().contains(&shard) {
@@ -148,6 +161,7 @@ impl OutboxStore {
                     &lease.as_secs_f64(),
                     &i64::from(limit),
                     &(i64::from(limit) * CLAIM_WINDOW_FACTOR),
+                    &from_seq,
                 ],
             )
             .await

@@ -2,6 +2,12 @@
 -- A row is claimable when it is unpublished, not dead, due, and either unclaimed or claimed by
 -- another (earlier) owner whose lease of $3 seconds has expired.
 --
+-- Scan start: the owner's rows in flight stay in outbox_ready until marked, and each costs the
+-- scan a heap fetch to see its lock token (thousands with a slow broker or unique keys: most
+-- of a claim's cost). So the owner passes $6, the seq after its previous claim's last row, and
+-- the never-failed rows are looked for from there; it passes 0 (a full scan) when rows may
+-- have been left behind below it (see Claimer::scan_from).
+--
 -- Candidates: the shard's first $5 claimable rows in seq order, taken from two indexes that
 -- hold no parked row, so a claim reads no row that is dead or waiting for its retry, however
 -- many there are (0009_index_ready_and_retrying_rows.sql): outbox_ready (never failed, in seq
@@ -53,10 +59,11 @@ WITH changed AS (
 ), candidates AS (
     SELECT c.seq, c.aggregate_id, c.version
     FROM ((
-        -- Never failed (or given a fresh start by an operator).
+        -- Never failed (or given a fresh start by an operator), from seq $6 on.
         SELECT o.seq, o.aggregate_id, o.version
         FROM {schema}.outbox o
         WHERE o.shard = $1
+          AND o.seq >= $6
           AND o.published_at IS NULL
           AND o.dead_at IS NULL
           AND o.next_retry_at IS NULL
