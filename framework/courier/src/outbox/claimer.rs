@@ -65,6 +65,8 @@ const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
 struct ScanFrom {
     seq: i64,
     last_full_scan: std::time::Instant,
+    /// Rows went back while a claim ran: its end must not move the start past them.
+    rewound: bool,
 }
 
 impl ScanFrom {
@@ -72,11 +74,13 @@ impl ScanFrom {
         Self {
             seq: 0,
             last_full_scan: std::time::Instant::now(),
+            rewound: false,
         }
     }
 
     /// The seq the next claim scans from (0: the shard's start).
     fn next(&mut self) -> i64 {
+        self.rewound = false;
         if self.seq == 0 || self.last_full_scan.elapsed() >= FULL_SCAN_EVERY {
             self.seq = 0;
             self.last_full_scan = std::time::Instant::now();
@@ -87,7 +91,7 @@ impl ScanFrom {
     /// After a claim that asked for `asked` rows and got `rows`.
     fn claimed(&mut self, asked: usize, rows: &[ClaimedRow]) {
         self.seq = match rows.iter().map(|r| r.seq).max() {
-            Some(last) if rows.len() >= asked => last + 1,
+            Some(last) if rows.len() >= asked && !self.rewound => last + 1,
             _ => 0,
         };
     }
@@ -95,6 +99,7 @@ impl ScanFrom {
     /// Rows went back (or failed): they and what waits behind them are below the scan start.
     fn rewind(&mut self) {
         self.seq = 0;
+        self.rewound = true;
     }
 }
 
@@ -583,6 +588,9 @@ mod tests {
         assert_eq!(scan.next(), 0, "a full scan is due");
         scan.claimed(1, &[row(9, "a", 1)]);
         assert_eq!(scan.next(), 10, "and the next is a second away");
+        scan.rewind();
+        scan.claimed(1, &[row(12, "a", 1)]);
+        assert_eq!(scan.next(), 0, "rows went back while that claim ran");
     }
 
     #[test]
