@@ -163,6 +163,16 @@ fn throughput_via_the_services_http_apis_reaches_the_other_services_replica() {
         "{end_to_end}"
     );
     assert_eq!(parameter(&report, "refused_or_failed_requests"), "0");
+    // The relays' broker-failure counter is read (a few hundred new keys do not stall the
+    // emulator, so none should have failed).
+    let broker = report["goals"]
+        .as_array()
+        .expect("goals")
+        .iter()
+        .find(|g| g["name"] == "publishes failed on the broker's side")
+        .cloned()
+        .expect("a goal for broker-side failures");
+    assert_eq!(broker["met"], true, "{broker}");
     let _ = std::fs::remove_dir_all(out);
 }
 
