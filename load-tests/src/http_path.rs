@@ -226,6 +226,7 @@ async fn catalog_relay(admin: &tokio_postgres::Client) -> anyhow::Result<Option<
 
 /// Publishes that failed on the broker's side (timeouts, `UNAVAILABLE`, …), each a retry
 /// record on its row, counted by the services' relays in this process.
+///
 /// `rendered`: the Prometheus exposition of this process's metrics.
 fn broker_failure_records(rendered: &str) -> u64 {
     rendered

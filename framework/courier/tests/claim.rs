@@ -241,18 +241,17 @@ enum Analyzed {
 /// them, waits behind its key's parked row.
 async fn outbox_with_parked_rows(parked: i64, analyzed: Analyzed) -> anyhow::Result<Setup> {
     let s = setup(&[]).await?;
-    let insert = INSERT_ROWS;
     let client = s.db.client().await?;
     if parked > 0 {
         client
-            .execute(insert, &[&"parked-", &parked, &parked, &1i64])
+            .execute(INSERT_ROWS, &[&"parked-", &parked, &parked, &1i64])
             .await?;
         client
-            .execute(insert, &[&"parked-", &1i64, &1i64, &2i64])
+            .execute(INSERT_ROWS, &[&"parked-", &1i64, &1i64, &2i64])
             .await?;
     }
     client
-        .execute(insert, &[&"fresh-", &2_000i64, &100i64, &1i64])
+        .execute(INSERT_ROWS, &[&"fresh-", &2_000i64, &100i64, &1i64])
         .await?;
     let park = "
         UPDATE courier.outbox

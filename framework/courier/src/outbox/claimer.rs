@@ -1,14 +1,14 @@
 //! Claimer: drains one owned outbox shard.
 //!
 //! Loop: take permits from the relay's publish limit → claim that many rows at most → hand each
-//! key's rows to its publisher → mark outcomes as they arrive, in batched statements (one mark
-//! at a time; outcomes settling meanwhile join the next, in `marking`). A batch found means
-//! claim again at once while fewer than `max_in_flight_batches × claim_batch_size` rows are
-//! unmarked — rows count, not batches, so one slow key does not hold a whole batch's capacity
-//! (a partial batch waits `claim_linger_millis` first, so a trickle gathers into batches); none
-//! found means idle: flag the shard idle so writers NOTIFY it, look once more, then poll with
-//! exponential backoff and full jitter until a wake or a hit. No permits (the broker is slow
-//! and the limit full) means look again shortly, without a query.
+//! key's rows to its publisher → mark outcomes in batched statements (one mark at a time, of
+//! what settled, gathered up to [`MARK_GATHER_ROWS`] or [`MARK_LINGER`]; in `marking`). A
+//! batch found means claim again at once while fewer than `max_in_flight_batches ×
+//! claim_batch_size` rows are unmarked — rows count, not batches, so one slow key does not hold
+//! a whole batch's capacity (a partial batch waits `claim_linger_millis` first, so a trickle
+//! gathers into batches); none found means idle: flag the shard idle so writers NOTIFY it, look
+//! once more, then poll with exponential backoff and full jitter until a wake or a hit. No
+//! permits (the broker is slow and the limit full) means look again shortly, without a query.
 //!
 //! Each (re)start takes a fresh lock token: rows the previous incarnation held become
 //! claimable when their lease expires, and its late marks no longer match.
