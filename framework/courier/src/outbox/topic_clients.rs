@@ -85,11 +85,23 @@ impl TopicClients {
                 }
             })
             .await?;
+        Ok(self.client_on(base, topic))
+    }
+
+    /// [`TopicClients::for_new_key`] without waiting, once the connection exists (every key
+    /// but the first few): `None` before that.
+    pub fn for_new_key_now(&self, topic: &str) -> Option<Arc<TopicClient>> {
+        self.base.get().map(|base| self.client_on(base, topic))
+    }
+
+    /// `topic`'s current client, or a new generation's when the current one has served
+    /// [`KEYS_PER_CLIENT`] keys.
+    fn client_on(&self, base: &BasePublisher, topic: &str) -> Arc<TopicClient> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((client, given)) = current.get_mut(topic) {
             if *given < KEYS_PER_CLIENT {
                 *given += 1;
-                return Ok(client.clone());
+                return client.clone();
             }
         }
         // The client spawns its dispatcher on the runtime it is built in.
@@ -103,7 +115,7 @@ impl TopicClients {
             alive: self.alive.clone(),
         });
         current.insert(topic.to_string(), (client.clone(), 1));
-        Ok(client)
+        client
     }
 
     /// Drops `topic`'s current client if no key publisher holds it any more; called by a key

@@ -16,7 +16,7 @@ use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::error::PublishError;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Publish one key's rows, in version order; the outcomes go to `reply`.
@@ -48,6 +48,10 @@ pub struct KeyPublisher {
     /// The client paused the key after an error and has not been resumed.
     paused: bool,
     last_active: Instant,
+    /// A passivation check is scheduled. One is while the actor is idle: a timer per idle
+    /// spell, not a periodic one per actor (with a fresh key per row, thousands of actors
+    /// live at once, and each periodic tick polled one of them for nothing).
+    idle_check: bool,
 }
 
 impl Actor for KeyPublisher {
@@ -57,8 +61,6 @@ impl Actor for KeyPublisher {
         // One message per in-flight batch of the key's claimer, plus a control message.
         ctx.set_mailbox_capacity(self.settings.max_in_flight_batches + 2);
         metrics::gauge!(crate::metrics::LIVE_PUBLISHERS).increment(1.0);
-        let check_every = (self.settings.idle_after / 2).max(Duration::from_millis(100));
-        ctx.run_interval(check_every, |act, ctx| act.passivate_if_idle(ctx));
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -91,18 +93,43 @@ impl KeyPublisher {
             frontier: Frontier::default(),
             paused: false,
             last_active: Instant::now(),
+            idle_check: false,
         }
     }
 
-    fn passivate_if_idle(&mut self, ctx: &mut Context<Self>) {
-        // The frontier may go with the actor: a new one starts with nothing out, so it hands
-        // only rows with nothing unpublished before them until its own run builds up.
-        let idle = self.in_flight == 0
-            && self.waiting.is_empty()
-            && self.last_active.elapsed() >= self.settings.idle_after;
-        if !idle {
+    fn has_work(&self) -> bool {
+        self.in_flight > 0 || !self.waiting.is_empty()
+    }
+
+    /// Called whenever the actor may have run out of work: schedules the check that
+    /// passivates it once it has been idle for `idle_after`.
+    fn check_idle_later(&mut self, ctx: &mut Context<Self>) {
+        if self.idle_check || self.has_work() {
             return;
         }
+        self.idle_check = true;
+        let wait = self
+            .settings
+            .idle_after
+            .saturating_sub(self.last_active.elapsed());
+        ctx.run_later(wait, |act, ctx| {
+            act.idle_check = false;
+            act.passivate_if_idle(ctx);
+        });
+    }
+
+    fn passivate_if_idle(&mut self, ctx: &mut Context<Self>) {
+        if self.has_work() {
+            // The batch that keeps it busy schedules the next check when it settles.
+            return;
+        }
+        if self.last_active.elapsed() < self.settings.idle_after {
+            self.check_idle_later(ctx);
+            return;
+        }
+        // The frontier may go with the actor: a new one starts with nothing out, so it hands
+        // only rows with nothing unpublished before them until its own run builds up.
+        // Not left while a message is queued for it: handling that one schedules a check.
         if self.registry.leave_if_idle(&self.key, &ctx.address()) {
             ctx.stop();
         }
@@ -110,6 +137,9 @@ impl KeyPublisher {
 
     /// Hands waiting batches to the client once the topic's client exists.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.client.is_none() && !self.connecting {
+            self.client = self.clients.for_new_key_now(&self.key.topic);
+        }
         let Some(client) = self.client.clone() else {
             if !self.connecting {
                 self.connecting = true;
@@ -139,6 +169,7 @@ impl KeyPublisher {
                                             fail_first(&batch.rows, &e.to_string(), kind);
                                         let _ = batch.reply.send(outcomes);
                                     }
+                                    act.check_idle_later(ctx);
                                 }
                             }
                         }),
@@ -206,11 +237,12 @@ impl KeyPublisher {
                 results
             }
             .into_actor(self)
-            .map(move |results, act, _| {
+            .map(move |results, act, ctx| {
                 act.in_flight -= 1;
                 act.last_active = Instant::now();
                 let outcomes = act.settle(&batch.rows, results, started);
                 let _ = batch.reply.send(outcomes);
+                act.check_idle_later(ctx);
             }),
         );
     }
@@ -225,6 +257,8 @@ impl KeyPublisher {
         started: Instant,
     ) -> Vec<PublishOutcome> {
         let key = self.key.ordering_key.clone();
+        // The rows were awaited together: one latency for the batch.
+        let latency = started.elapsed();
         let mut outcomes = Vec::with_capacity(rows.len());
         let mut failed = false;
         for (row, result) in rows.iter().zip(results) {
@@ -235,7 +269,6 @@ impl KeyPublisher {
             let behind_failure = failed || (handed && !self.frontier.covers(row.version));
             let failure = match result {
                 Settled::Acked(message_id) => {
-                    let latency = started.elapsed();
                     self.settings.limit.on_acked(latency);
                     metrics::counter!(crate::metrics::OUTBOX_PUBLISH_SUCCESS_TOTAL).increment(1);
                     metrics::histogram!(crate::metrics::OUTBOX_PUBLISH_LATENCY)
@@ -341,6 +374,7 @@ impl Handler<PublishRows> for KeyPublisher {
         self.last_active = Instant::now();
         self.waiting.push_back(msg);
         self.pump(ctx);
+        self.check_idle_later(ctx);
     }
 }
 
