@@ -64,7 +64,7 @@ pub struct WriteOutcome {
 /// The writes of a run.
 #[derive(Debug, Clone, Copy)]
 pub struct Load {
-    /// Concurrent writers, each on its own connection.
+    /// Concurrent writers, each on its own pooled connection.
     pub writers: u32,
     /// Which aggregates the writes go to and what their events carry.
     pub shape: Shape,
@@ -106,17 +106,22 @@ pub async fn write_for(
             }
         })),
     };
+    // One pool with a connection per writer, as a service's handlers share theirs: each
+    // writer's statements are prepared once on its connection, not parsed for every write.
+    let mut database = config.database.clone();
+    database.pool_size = writers.max(2);
+    let pool = courier::db::pool(&database, "courier-load writer")?;
     let mut tasks = Vec::new();
     for _ in 0..writers {
         let writer = Writer::new(config, topic, shape.workload);
         let mut keys = KeyPicker::new(shape);
-        let database = config.database.clone();
+        let pool = pool.clone();
         let due_rx = due_rx.clone();
         let committed = committed.clone();
         let failed = failed.clone();
         let open = matches!(pace, Pace::OpenLoop { .. });
         tasks.push(tokio::spawn(async move {
-            let mut client: Option<tokio_postgres::Client> = None;
+            let mut conn = None;
             loop {
                 let intended = if open {
                     match due_rx.recv().await {
@@ -131,13 +136,13 @@ pub async fn write_for(
                     now
                 };
                 let key = keys.next(&mut rand::thread_rng());
-                // A write that fails (the database restarting) is retried on a new
+                // A write that fails (the database restarting) is retried on another
                 // connection, keeping its intended instant.
                 loop {
-                    if client.is_none() {
-                        client = connect(&database).await.ok();
+                    if conn.is_none() {
+                        conn = pool.get_owned().await.ok();
                     }
-                    let Some(c) = client.as_mut() else {
+                    let Some(c) = conn.as_mut() else {
                         failed.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
@@ -149,7 +154,7 @@ pub async fn write_for(
                         }
                         Err(_) => {
                             failed.fetch_add(1, Ordering::Relaxed);
-                            client = None;
+                            conn = None;
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
@@ -184,17 +189,6 @@ impl SharedReceiver {
     async fn recv(&self) -> Result<Instant, ()> {
         self.0.lock().await.recv().await.ok_or(())
     }
-}
-
-/// A writer's own connection, made as the framework makes them (TLS per `sslmode`).
-async fn connect(
-    database: &courier::config::DatabaseConfig,
-) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = courier::db::dedicated(database, "courier-load writer").await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(client)
 }
 
 /// One reading of the pipeline.

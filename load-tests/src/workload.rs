@@ -205,15 +205,24 @@ pub struct Writer {
 }
 
 /// Creates the row with every field at `v1`, or moves it one version on and sets the chosen
-/// field (`$2`: a field name, or `*` for all of them) to `v<new version>`.
+/// field (`$2`: a field name, or `*` for all of them) to `v<new version>`; logs the write
+/// (intended at `$3`) in the same statement: the log is the harness's bookkeeping, and a
+/// round trip of its own would make every write costlier than the service's part of it.
 const WRITE_SOURCE: &str = "
-    INSERT INTO load.source AS s (aggregate_id, version, a, b, c) VALUES ($1, 1, 'v1', 'v1', 'v1')
-    ON CONFLICT (aggregate_id) DO UPDATE SET
-        version = s.version + 1,
-        a = CASE WHEN $2 IN ('a', '*') THEN 'v' || (s.version + 1) ELSE s.a END,
-        b = CASE WHEN $2 IN ('b', '*') THEN 'v' || (s.version + 1) ELSE s.b END,
-        c = CASE WHEN $2 IN ('c', '*') THEN 'v' || (s.version + 1) ELSE s.c END
-    RETURNING version, a, b, c";
+    WITH source AS (
+        INSERT INTO load.source AS s (aggregate_id, version, a, b, c)
+        VALUES ($1, 1, 'v1', 'v1', 'v1')
+        ON CONFLICT (aggregate_id) DO UPDATE SET
+            version = s.version + 1,
+            a = CASE WHEN $2 IN ('a', '*') THEN 'v' || (s.version + 1) ELSE s.a END,
+            b = CASE WHEN $2 IN ('b', '*') THEN 'v' || (s.version + 1) ELSE s.b END,
+            c = CASE WHEN $2 IN ('c', '*') THEN 'v' || (s.version + 1) ELSE s.c END
+        RETURNING version, a, b, c
+    ), logged AS (
+        INSERT INTO load.writes (aggregate_id, version, intended_at)
+        SELECT $1, version, $3 FROM source
+    )
+    SELECT version, a, b, c FROM source";
 
 impl Writer {
     pub fn new(config: &courier::CourierConfig, topic: &str, workload: Workload) -> Self {
@@ -227,7 +236,7 @@ impl Writer {
     /// Commits one write; returns its version.
     pub async fn write(
         &self,
-        client: &mut tokio_postgres::Client,
+        conn: &mut courier::db::PgConnection,
         aggregate_id: &str,
         intended_at: DateTime<Utc>,
     ) -> anyhow::Result<i64> {
@@ -235,18 +244,13 @@ impl Writer {
             Workload::Whole => "*",
             Workload::Delta => FIELDS[rand::thread_rng().gen_range(0..FIELDS.len())],
         };
-        let tx = client.transaction().await.context("begin a write")?;
+        let tx = conn.transaction().await.context("begin a write")?;
+        let write_source = tx.prepared(WRITE_SOURCE).await.context("prepare")?;
         let row = tx
-            .query_one(WRITE_SOURCE, &[&aggregate_id, &field])
+            .query_one(&write_source, &[&aggregate_id, &field, &intended_at])
             .await
-            .context("write the source row")?;
+            .context("write the source row and log it")?;
         let version: i64 = row.get(0);
-        tx.execute(
-            "INSERT INTO load.writes (aggregate_id, version, intended_at) VALUES ($1, $2, $3)",
-            &[&aggregate_id, &version, &intended_at],
-        )
-        .await
-        .context("log the write")?;
         // A create, or a whole-state write, carries every field; a delta update its one field.
         let carries = |name: &str, column: usize| {
             (version == 1 || field == "*" || field == name).then(|| row.get::<_, String>(column))
