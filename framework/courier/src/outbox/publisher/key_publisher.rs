@@ -373,8 +373,9 @@ impl Handler<PublishRows> for KeyPublisher {
         self.queued.finished(1);
         self.last_active = Instant::now();
         self.waiting.push_back(msg);
+        // Leaves the actor with work (a batch in flight or waiting for the client): its
+        // settling schedules the idle check.
         self.pump(ctx);
-        self.check_idle_later(ctx);
     }
 }
 
