@@ -16,8 +16,20 @@ const VERSIONS: i64 = 20;
 #[tokio::test]
 async fn a_thousand_keys_share_transactions_keep_their_order_under_transient_faults(
 ) -> anyhow::Result<()> {
+    share_transactions_under_transient_faults(Videos::contiguous()).await
+}
+
+/// The same with the keys' handlers declared independent: each transaction's keys are applied
+/// together, pipelined, and a fault in one of them still costs no other key its place.
+#[tokio::test]
+async fn independent_keys_applied_together_keep_their_order_under_transient_faults(
+) -> anyhow::Result<()> {
+    share_transactions_under_transient_faults(Videos::contiguous().independent()).await
+}
+
+async fn share_transactions_under_transient_faults(projection: Videos) -> anyhow::Result<()> {
     let s = read_setup(|c| c.consumer.streams = 2).await?;
-    let consumer = s.spawn(Videos::contiguous(), ConsumerOptions::default());
+    let consumer = s.spawn(projection, ConsumerOptions::default());
     // Every 37th event fails once, transiently: its shared transaction fails, and each key of
     // it is applied on its own.
     let events: Vec<TestEvent> = (1..=VERSIONS)

@@ -54,6 +54,11 @@ impl Projection for VideoUserEngagements {
         true
     }
 
+    /// Each event writes its own (video, user) row, in one statement.
+    fn independent_keys(&self) -> bool {
+        true
+    }
+
     async fn apply(
         &self,
         tx: &PgTransaction<'_>,

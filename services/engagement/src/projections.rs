@@ -99,6 +99,11 @@ impl Projection for VideosReplica {
         true
     }
 
+    /// Each event writes its own video's replica row, in one statement.
+    fn independent_keys(&self) -> bool {
+        true
+    }
+
     /// A create or a snapshot carries the whole video.
     fn is_whole_state(&self, _meta: &EventMeta, event: &Event) -> bool {
         matches!(

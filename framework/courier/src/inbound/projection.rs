@@ -94,6 +94,17 @@ pub trait Projection: Send + Sync + 'static {
         false
     }
 
+    /// Whether the handlers of different aggregates write disjoint rows (each its key's own;
+    /// a shared row only in single statements such as `n = n + 1`). Then the keys of a shared
+    /// transaction are applied together, their statements pipelined on its connection, instead
+    /// of each key waiting for the one before: a round trip per statement of the longest key
+    /// rather than of every key. Leave it false when a handler reads a row other keys also
+    /// write and writes it back from Rust: interleaved with another key's handler, one of the
+    /// two updates would be lost. Each key's events still apply one after another, in order.
+    fn independent_keys(&self) -> bool {
+        false
+    }
+
     /// Applies one event in `tx`. Must be idempotent by effect for replays (use
     /// [`VersionedUpsert`]); must not commit or roll back. Run fixed statements through
     /// [`PgTransaction::prepared`]: they are then parsed and planned once per connection.

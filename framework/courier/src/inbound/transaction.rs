@@ -6,7 +6,7 @@
 //! continue the key's stored version) → one offset save → commit. Then acks.
 
 use crate::backoff::Backoff;
-use crate::db::{DbError, PgConnection};
+use crate::db::{DbError, PgConnection, PgTransaction};
 use crate::inbound::delivery::{Delivery, EventMeta};
 use crate::inbound::offsets::Position;
 use crate::inbound::parts::ConsumerParts;
@@ -521,6 +521,7 @@ async fn transact<P: Projection>(
         })
         .collect();
     let mut fresh = parts.inbox.record(&tx, group_name, &seen).await?;
+    let mut work: Vec<Vec<(&EventMeta, &P::Event)>> = Vec::with_capacity(groups.len());
     for (g, group) in groups.iter().enumerate() {
         let new_events: Vec<(&EventMeta, &P::Event)> = candidates[g]
             .iter()
@@ -530,16 +531,18 @@ async fn transact<P: Projection>(
             .map(|d| (&d.meta, &d.event))
             .collect();
         committed[g].applied = new_events.len();
-        if let Some((first, _)) = new_events.first() {
-            parts
-                .projection
-                .apply_group(&tx, &new_events)
-                .await
-                .map_err(|error| TransactionFailure::Handler {
-                    event_id: first.event_id,
-                    events: new_events.len(),
-                    error,
-                })?;
+        if !new_events.is_empty() {
+            work.push(new_events);
+        }
+    }
+    if parts.projection.independent_keys() {
+        // A failure aborts the transaction whichever key's statement met it first; the
+        // fallback applies each key on its own and finds the failing one.
+        futures::future::try_join_all(work.iter().map(|events| apply_key(parts, &tx, events)))
+            .await?;
+    } else {
+        for events in &work {
+            apply_key(parts, &tx, events).await?;
         }
     }
     // One position per transaction: its newest message, in that message's lane.
@@ -570,6 +573,23 @@ async fn transact<P: Projection>(
     #[allow(clippy::cast_precision_loss)]
     metrics::histogram!(m::PROJECTION_TRANSACTION_EVENTS).record(events as f64);
     Ok(committed)
+}
+
+/// Applies one key's new events in `tx`, oldest first.
+async fn apply_key<P: Projection>(
+    parts: &ConsumerParts<P>,
+    tx: &PgTransaction<'_>,
+    events: &[(&EventMeta, &P::Event)],
+) -> Result<(), TransactionFailure> {
+    parts
+        .projection
+        .apply_group(tx, events)
+        .await
+        .map_err(|error| TransactionFailure::Handler {
+            event_id: events[0].0.event_id,
+            events: events.len(),
+            error,
+        })
 }
 
 async fn settle_committed<P: Projection>(

@@ -73,6 +73,8 @@ pub struct Videos {
     pub release: Arc<std::sync::atomic::AtomicBool>,
     /// Declares the events deltas ([`Projection::contiguous_versions`]).
     pub contiguous: bool,
+    /// Declares the keys' handlers independent ([`Projection::independent_keys`]).
+    pub independent: bool,
 }
 
 impl Videos {
@@ -83,6 +85,7 @@ impl Videos {
             calls: Arc::default(),
             release: Arc::default(),
             contiguous: false,
+            independent: false,
         }
     }
 
@@ -94,6 +97,15 @@ impl Videos {
             ..Self::new()
         }
     }
+
+    /// The same, its keys' handlers declared independent: a shared transaction applies its
+    /// keys together.
+    pub fn independent(self) -> Self {
+        Self {
+            independent: true,
+            ..self
+        }
+    }
 }
 
 impl Projection for Videos {
@@ -101,6 +113,10 @@ impl Projection for Videos {
 
     fn contiguous_versions(&self) -> bool {
         self.contiguous
+    }
+
+    fn independent_keys(&self) -> bool {
+        self.independent
     }
 
     async fn apply(
