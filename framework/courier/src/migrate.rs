@@ -92,6 +92,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0012_index_unpublished_versions",
             sql: include_str!("../../../migrations/courier/0012_index_unpublished_versions.sql"),
         },
+        Migration {
+            version: 13,
+            name: "0013_drop_unpublished_by_shard",
+            sql: include_str!("../../../migrations/courier/0013_drop_unpublished_by_shard.sql"),
+        },
     ],
 };
 

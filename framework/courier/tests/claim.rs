@@ -306,7 +306,9 @@ async fn claim_rows_scanned(db: &TestDb, owner: Uuid, from_seq: i64) -> anyhow::
     ))
 }
 
-/// `EXPLAIN (ANALYZE, BUFFERS)` of the claim statement, rolled back so it claims nothing.
+/// `EXPLAIN (ANALYZE, BUFFERS)` of the claim statement, rolled back so it claims nothing. The
+/// plan is the generic one, as the relay, which prepares the claim once per connection, runs
+/// it: a plan made for the parameters' values can be cheaper than that.
 async fn explain_claim(
     db: &TestDb,
     owner: Uuid,
@@ -315,17 +317,20 @@ async fn explain_claim(
     let claim = courier::db::render(include_str!("../src/outbox/queries/claim.sql"), "courier");
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
+    tx.batch_execute(&format!(
+        "SET LOCAL plan_cache_mode = force_generic_plan;
+         PREPARE claim_plan(integer, uuid, float8, bigint, bigint, bigint) AS {claim}"
+    ))
+    .await?;
     let row = tx
         .query_one(
-            &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {claim}"),
-            &[
-                &0i32,
-                &owner,
-                &LEASE.as_secs_f64(),
-                &i64::from(BATCH),
-                &WINDOW,
-                &from_seq,
-            ],
+            &format!(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_plan(0, '{owner}', {}, {}, \
+                 {WINDOW}, {from_seq})",
+                LEASE.as_secs_f64(),
+                BATCH
+            ),
+            &[],
         )
         .await?;
     tx.rollback().await?;
@@ -392,6 +397,20 @@ async fn outbox_with_rows_in_flight(in_flight: i64, owner: Uuid) -> anyhow::Resu
                 &[&owner],
             )
             .await?;
+        // And, as a slow broker leaves them, a few rows waiting for their retry: with these
+        // in the statistics a generic plan could find due retries by walking every
+        // unpublished row in seq order (0013_drop_unpublished_by_shard.sql).
+        let waiting = in_flight / 100;
+        client
+            .execute(INSERT_ROWS, &[&"waiting-", &waiting, &waiting, &1i64])
+            .await?;
+        client
+            .batch_execute(
+                "UPDATE courier.outbox SET next_retry_at = now() + interval '1 hour',
+                     publish_attempts = 1, last_error = 'unavailable'
+                 WHERE aggregate_id LIKE 'waiting-%'",
+            )
+            .await?;
     }
     client
         .execute(INSERT_ROWS, &[&"fresh-", &2_000i64, &100i64, &1i64])
@@ -447,6 +466,78 @@ async fn the_owners_rows_in_flight_do_not_make_its_next_claim_costlier() -> anyh
     let expected: Vec<(String, i64)> = (0..i64::from(BATCH))
         .map(|i| (format!("fresh-{}", i % 100), i / 100 + 1))
         .collect();
-    assert_eq!(keys(&taken), expected);
+    assert_eq!(keys(&taken.rows), expected);
+    Ok(())
+}
+
+/// What the claimer's scan start (claimer.rs, `ScanFrom`) relies on. A row whose transaction
+/// took its seq before later rows were claimed, and commits after: the claim that passed over
+/// its seq saw that transaction running (its id within the snapshot's `xmin..xmax`); once it
+/// committed, a later claim's `xmin` has passed that `xmax`, and that claim, looking from the
+/// seq passed over, takes the row.
+#[tokio::test]
+async fn a_claims_snapshot_says_when_a_row_it_passed_over_has_committed() -> anyhow::Result<()> {
+    let s = setup(&[("early", 1)]).await?;
+    let config = {
+        let mut config = CourierConfig::default();
+        config.database = s.db.config.clone();
+        config.relay.shard_count = 1;
+        config
+    };
+    let outbox = Outbox::new(&config);
+    let event =
+        |key: &str| NewEvent::new("t.events", "video", key, "video.changed", 1, b"x".to_vec());
+    let token = Uuid::new_v4();
+    let first = s.store.claim_from(SHARD, token, LEASE, 10, 0).await?;
+    assert_eq!(keys(&first.rows), owned(&[("early", 1)]));
+    let frontier = first.rows[0].seq + 1;
+
+    let mut late_conn = s.db.pool.get().await?;
+    let late = late_conn.transaction().await?;
+    outbox.append(&late, event("late")).await?;
+    let late_xid: i64 = late
+        .query_one("SELECT pg_current_xact_id()::text::bigint", &[])
+        .await?
+        .get(0);
+    let mut conn = s.db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    outbox.append(&tx, event("after")).await?;
+    tx.commit().await?;
+
+    let passing = s
+        .store
+        .claim_from(SHARD, token, LEASE, 10, frontier)
+        .await?;
+    assert_eq!(keys(&passing.rows), owned(&[("after", 1)]));
+    let seen = passing
+        .snapshot
+        .expect("a claim that took rows has a snapshot");
+    assert!(
+        seen.xmin <= late_xid && late_xid < seen.xmax,
+        "the late row's transaction {late_xid} was running, the snapshot says {seen:?}"
+    );
+
+    late.commit().await?;
+    let settling = s
+        .store
+        .claim_from(SHARD, token, LEASE, 10, frontier)
+        .await?;
+    assert_eq!(keys(&settling.rows), owned(&[("late", 1)]));
+    // Transactions of other tests share the cluster's ids: the horizon passes once they end.
+    let client = s.db.client().await?;
+    wait_until(
+        Duration::from_secs(30),
+        "every transaction the passing claim saw running ended",
+        || async {
+            client
+                .query_one(
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
+                    &[],
+                )
+                .await
+                .is_ok_and(|row| row.get::<_, i64>(0) >= seen.xmax)
+        },
+    )
+    .await?;
     Ok(())
 }

@@ -36,6 +36,22 @@ pub struct ClaimedRow {
     pub prev_version: Option<i64>,
 }
 
+/// What a claim saw of other transactions: those with ids from `xmin` up to (not including)
+/// `xmax` may still have been running, so rows they wrote were not visible to it; every
+/// transaction below `xmin` had ended (PostgreSQL's `pg_current_snapshot()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimSnapshot {
+    pub xmin: i64,
+    pub xmax: i64,
+}
+
+/// The rows a claim took, in claim order, and its snapshot (`None` when it took none).
+#[derive(Debug, Default)]
+pub struct Claimed {
+    pub rows: Vec<ClaimedRow>,
+    pub snapshot: Option<ClaimSnapshot>,
+}
+
 /// A row whose publish failed, and what to do about it.
 #[derive(Debug, Clone)]
 pub struct FailedRow {
@@ -129,7 +145,7 @@ impl OutboxStore {
         lease: Duration,
         limit: u32,
     ) -> Result<Vec<ClaimedRow>, DbError> {
-        self.claim_from(shard, token, lease, limit, 0).await
+        Ok(self.claim_from(shard, token, lease, limit, 0).await?.rows)
     }
 
     /// [`OutboxStore::claim`], looking for never-failed rows only from `from_seq` on (rows due
@@ -141,7 +157,7 @@ impl OutboxStore {
         lease: Duration,
         limit: u32,
         from_seq: i64,
-    ) -> Result<Vec<ClaimedRow>, DbError> {
+    ) -> Result<Claimed, DbError> {
         let context = format!("claim batch for shard {shard}");
         let (conn, claim) = self.conn_prepared(&self.claim, &context).await?;
         if !self.ensured().contains(&shard) {
@@ -166,6 +182,10 @@ impl OutboxStore {
             )
             .await
             .map_err(DbError::query(context))?;
+        let snapshot = rows.first().map(|row| ClaimSnapshot {
+            xmin: row.get(13),
+            xmax: row.get(14),
+        });
         let mut claimed: Vec<ClaimedRow> = rows
             .into_iter()
             .map(|row| ClaimedRow {
@@ -189,7 +209,10 @@ impl OutboxStore {
             .collect();
         // UPDATE … RETURNING does not keep the CTE's order.
         claimed.sort_by_key(|r| r.seq);
-        Ok(claimed)
+        Ok(Claimed {
+            rows: claimed,
+            snapshot,
+        })
     }
 
     fn ensured(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {

@@ -4,9 +4,11 @@
 --
 -- Scan start: the owner's rows in flight stay in outbox_ready until marked, and each costs the
 -- scan a heap fetch to see its lock token (thousands with a slow broker or unique keys: most
--- of a claim's cost). So the owner passes $6, the seq after its previous claim's last row, and
--- the never-failed rows are looked for from there; it passes 0 (a full scan) when rows may
--- have been left behind below it (see Claimer::scan_from).
+-- of a claim's cost). So the owner passes $6, the lowest seq where a row may have appeared
+-- since it last looked, and the never-failed rows are looked for from there; it passes 0 (a
+-- full scan) when rows may have been left behind below it (see Claimer::scan_from). Each row
+-- returns the statement's snapshot bounds, with which the owner tells when the transactions
+-- that were running as it looked have all ended.
 --
 -- Candidates: the shard's first $5 claimable rows in seq order, taken from two indexes that
 -- hold no parked row, so a claim reads no row that is dead or waiting for its retry, however
@@ -137,4 +139,8 @@ RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, 
              AND e.aggregate_id = o.aggregate_id
              AND e.version < o.version
              AND e.published_at IS NULL
-             AND e.topic = o.topic) AS prev_version
+             AND e.topic = o.topic) AS prev_version,
+          -- The claim's snapshot: which transactions were still running when it looked
+          -- (Claimer::scan_from uses it to know when rows it passed over have committed).
+          pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
+          pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax
