@@ -360,28 +360,30 @@ impl Projection for LoadProjection {
                 .await
                 .map_err(HandlerError::from)
         };
-        if event.is_whole() {
-            let values: [&(dyn ToSql + Sync); 4] =
-                [&meta.aggregate_id, &event.a, &event.b, &event.c];
-            futures::try_join!(self.upsert.execute(tx, &values, meta.version), log)?;
-        } else {
-            let update = tx.prepared(APPLY_DELTA).await?;
-            let apply = async {
-                tx.execute(
-                    &update,
-                    &[
-                        &meta.aggregate_id,
-                        &event.a,
-                        &event.b,
-                        &event.c,
-                        &meta.version,
-                    ],
-                )
-                .await
-                .map_err(HandlerError::from)
-            };
-            futures::try_join!(apply, log)?;
-        }
+        let apply = async {
+            if event.is_whole() {
+                let values: [&(dyn ToSql + Sync); 4] =
+                    [&meta.aggregate_id, &event.a, &event.b, &event.c];
+                self.upsert
+                    .execute(tx, &values, meta.version)
+                    .await
+                    .map(drop)
+            } else {
+                let update = tx.prepared(APPLY_DELTA).await?;
+                let values: [&(dyn ToSql + Sync); 5] = [
+                    &meta.aggregate_id,
+                    &event.a,
+                    &event.b,
+                    &event.c,
+                    &meta.version,
+                ];
+                tx.execute(&update, &values)
+                    .await
+                    .map(drop)
+                    .map_err(HandlerError::from)
+            }
+        };
+        futures::try_join!(apply, log)?;
         Ok(())
     }
 }

@@ -129,7 +129,11 @@ WITH changed AS (
 )
 UPDATE {schema}.outbox o
 SET lock_token = $2, locked_at = now()
-FROM claimable c
+FROM claimable c,
+     -- The claim's snapshot: which transactions were still running when it looked
+     -- (Claimer::scan_from uses it to know when rows it passed over have committed).
+     (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin, pg_snapshot_xmax(s)::text::bigint AS xmax
+      FROM pg_current_snapshot() s) snapshot
 WHERE o.seq = c.seq AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
           o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts,
@@ -140,7 +144,4 @@ RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, 
              AND e.version < o.version
              AND e.published_at IS NULL
              AND e.topic = o.topic) AS prev_version,
-          -- The claim's snapshot: which transactions were still running when it looked
-          -- (Claimer::scan_from uses it to know when rows it passed over have committed).
-          pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snapshot_xmin,
-          pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax
+          snapshot.xmin, snapshot.xmax
