@@ -6,7 +6,7 @@
 //! costs per event says how far the machine can take the pipeline at all: see
 //! [`shared_machine_bound`].
 
-use crate::processes::{find_process, read_process, ticks_per_second};
+use crate::processes::{find_process, read_process, thread_count, ticks_per_second};
 use std::time::Instant;
 
 /// CPU counters at the start of a phase.
@@ -58,6 +58,13 @@ impl CpuMeter {
             own: seconds(now.own, self.at_start.own),
             emulator: seconds(now.emulator, self.at_start.emulator),
         }
+    }
+}
+
+impl CpuMeter {
+    /// The emulator's threads now: it keeps one for every ordering key it was ever sent.
+    pub fn emulator_threads(&self) -> Option<i64> {
+        thread_count(self.emulator_pid?)
     }
 }
 

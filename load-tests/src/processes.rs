@@ -206,6 +206,12 @@ pub fn read_process(pid: u32) -> Option<ProcessReading> {
     Some(reading(&stat))
 }
 
+/// How many threads process `pid` runs now.
+pub fn thread_count(pid: u32) -> Option<i64> {
+    let process = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?;
+    Some(process.stat().ok()?.num_threads)
+}
+
 fn reading(stat: &procfs::process::Stat) -> ProcessReading {
     use procfs::WithCurrentSystemInfo as _;
     ProcessReading {

@@ -108,6 +108,9 @@ pub struct Rig {
     pub workers_emulator_host: String,
     pub scope: Scope,
     pub key_space: KeySpace,
+    /// What the events carry, and so whether the consumer's projection needs contiguous
+    /// versions.
+    pub workload: Workload,
     /// The lock timeout of the consumer's projection transactions (see `faults`).
     pub consumer_lock_timeout: Option<Duration>,
     pub config: CourierConfig,
@@ -182,6 +185,7 @@ impl Rig {
             workers_emulator_host: place.workers_emulator_host.clone(),
             scope: args.scope(),
             key_space: args.key_space,
+            workload: args.workload,
             consumer_lock_timeout: None,
             config,
             topic,

@@ -4,6 +4,7 @@
 //! ratio to the ceilings measured in the same run: PostgreSQL's raw insert rate with the same
 //! number of clients, and the emulator's raw receive rate with the same number of streams.
 
+use crate::cpu::CpuMeter;
 use crate::drive::{Load, Pace};
 use crate::faults::FaultArgs;
 use crate::limits;
@@ -50,7 +51,12 @@ pub struct Ceilings {
     pub postgres: Rate,
     pub receive: Rate,
     pub stages: Vec<Stage>,
+    /// What the emulator burns at rest once the probes are done (see [`emulator_at_rest`]).
+    pub emulator_at_rest: String,
 }
+
+/// How long the emulator is watched at rest after the probes.
+const AT_REST: Duration = Duration::from_secs(3);
 
 impl Ceilings {
     /// End to end against the lower ceiling; the goal is 0.6.
@@ -68,9 +74,11 @@ impl Ceilings {
     pub fn report(self, benchmark: &str, writes: Rate, end_to_end: Rate) -> Report {
         let ratio = self.ratio(&end_to_end);
         let (bound, to_bound) = stages::machine_bound(&self.stages, &end_to_end);
+        let mut notes = stages::describe(&self.stages);
+        notes.push(self.emulator_at_rest);
         Report {
             benchmark: benchmark.into(),
-            notes: stages::describe(&self.stages),
+            notes,
             rates: vec![self.postgres, self.receive, bound, writes, end_to_end],
             ratios: vec![ratio, to_bound],
             ..Default::default()
@@ -103,7 +111,25 @@ pub async fn measure_ceilings(
         postgres,
         receive,
         stages,
+        emulator_at_rest: emulator_at_rest(pubsub).await,
     })
+}
+
+/// The emulator's CPU with nothing to do, after the probes. It keeps a thread for every
+/// ordering key it was ever sent (the receive probe's 1,000 among them) and their upkeep goes
+/// on during the pipeline that follows on the same emulator: CPU the pipeline lacks, which
+/// real Pub/Sub would not take from it.
+async fn emulator_at_rest(pubsub: &TestPubSub) -> String {
+    let meter = CpuMeter::start(&pubsub.host);
+    tokio::time::sleep(AT_REST).await;
+    let cpu = meter.stop();
+    let threads = meter
+        .emulator_threads()
+        .map_or_else(|| "?".to_string(), |n| n.to_string());
+    format!(
+        "emulator at rest after the probes: {:.2} of a core busy, {threads} threads (a thread per ordering key it has been sent, kept for its life)",
+        cpu.emulator / cpu.seconds.max(1e-9)
+    )
 }
 
 pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {

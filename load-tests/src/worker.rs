@@ -2,7 +2,7 @@
 //! own, so the harness can measure it, kill it with SIGKILL and start it again.
 
 use crate::rig::Rig;
-use crate::workload::LoadProjection;
+use crate::workload::{LoadProjection, Workload};
 use courier::inbound::{Consumer, ConsumerOptions, ConsumerSpec};
 use courier::outbox::{Relay, RelayOptions};
 use courier::CourierConfig;
@@ -30,6 +30,8 @@ enum WorkerRole {
         subscription: String,
         #[arg(long)]
         dead_letter_topic: String,
+        #[arg(long, value_enum)]
+        workload: Workload,
         /// Lock timeout of each projection transaction, milliseconds.
         #[arg(long)]
         lock_timeout_millis: Option<u64>,
@@ -43,6 +45,8 @@ pub fn consumer_args(rig: &Rig) -> Vec<String> {
         rig.subscription.name.clone(),
         "--dead-letter-topic".into(),
         rig.dead_letter_topic.clone(),
+        "--workload".into(),
+        rig.workload.name().into(),
     ];
     if let Some(timeout) = rig.consumer_lock_timeout {
         args.push("--lock-timeout-millis".into());
@@ -82,6 +86,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             config,
             subscription,
             dead_letter_topic,
+            workload,
             lock_timeout_millis,
         } => {
             let config = CourierConfig::load(&config)?;
@@ -93,7 +98,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             let consumer = Consumer::spawn(
                 &config,
                 spec,
-                LoadProjection::new(lock_timeout_millis.map(Duration::from_millis))?,
+                LoadProjection::new(workload, lock_timeout_millis.map(Duration::from_millis))?,
                 ConsumerOptions::default(),
             )?;
             stopped().await;

@@ -287,6 +287,10 @@ impl Writer {
 /// setting of its own.
 pub struct LoadProjection {
     upsert: VersionedUpsert,
+    /// Delta updates need contiguous versions; whole-state events do not, so a whole
+    /// workload's projection does not pay for them, as a service's whole-state projection
+    /// would not.
+    workload: Workload,
     /// When set, each projection transaction waits at most this long for a row lock (what a
     /// service sets so a held lock fails fast instead of stalling its consumer); the
     /// `handler-transient` fault holds rows locked to make it fire.
@@ -301,10 +305,11 @@ const APPLY_DELTA: &str = "
     WHERE aggregate_id = $1 AND version < $5";
 
 impl LoadProjection {
-    pub fn new(lock_timeout: Option<Duration>) -> anyhow::Result<Self> {
+    pub fn new(workload: Workload, lock_timeout: Option<Duration>) -> anyhow::Result<Self> {
         Ok(Self {
             upsert: VersionedUpsert::new("load.projection", &["aggregate_id"], &["a", "b", "c"])
                 .map_err(anyhow::Error::msg)?,
+            workload,
             lock_timeout,
         })
     }
@@ -313,10 +318,11 @@ impl LoadProjection {
 impl Projection for LoadProjection {
     type Event = FieldsSet;
 
-    /// A delta update applies only on top of the version before it; a whole event (a create,
-    /// or any write of the whole workload) at any newer version.
+    /// With deltas, an update applies only on top of the version before it; a whole event (a
+    /// create) at any newer version. Whole-state events need no contiguity: the versioned
+    /// upsert keeps the newest.
     fn contiguous_versions(&self) -> bool {
-        true
+        self.workload == Workload::Delta
     }
 
     /// Each key writes its own projection row; the effect log only inserts.
