@@ -5,8 +5,9 @@
 //! - [`event`], [`attributes`]: what an event is and the attributes it is published with.
 //! - [`relay`]: starts the actor tree below.
 //! - [`notify_listener`] → [`shard_owner`] → [`claimer`] → [`publisher`]: the actors;
-//!   [`marking`] writes the claimer's outcomes; [`publish_limit`] is the congestion control
-//!   they share; [`topic_clients`] the Pub/Sub clients the publishers use.
+//!   [`marking`] writes the claimer's outcomes and [`scan_from`] says where its claims start
+//!   looking; [`publish_limit`] is the congestion control they share; [`topic_clients`] the
+//!   Pub/Sub clients the publishers use.
 //! - [`store`]: the relay's SQL (`queries/*.sql`); [`shard`]: shard hashing.
 
 pub mod append;
@@ -19,6 +20,7 @@ pub mod operator;
 pub mod publish_limit;
 pub mod publisher;
 pub mod relay;
+mod scan_from;
 pub mod shard;
 pub mod shard_owner;
 pub mod store;

@@ -36,6 +36,28 @@ pub struct ClaimedRow {
     pub prev_version: Option<i64>,
 }
 
+#[cfg(test)]
+impl ClaimedRow {
+    /// A row of `key` at `version` with seq `seq`, for unit tests of what handles rows.
+    pub(crate) fn for_test(seq: i64, key: &str, version: i64) -> Self {
+        Self {
+            seq,
+            event_id: Uuid::new_v4(),
+            topic: "t.events".into(),
+            aggregate_type: "a".into(),
+            aggregate_id: key.into(),
+            event_type: "E".into(),
+            version,
+            schema_version: 1,
+            payload: vec![],
+            optional_attributes: Default::default(),
+            occurred_at: Utc::now(),
+            publish_attempts: 0,
+            prev_version: None,
+        }
+    }
+}
+
 /// What a claim saw of other transactions: those with ids from `xmin` up to (not including)
 /// `xmax` may still have been running, so rows they wrote were not visible to it; every
 /// transaction below `xmin` had ended (PostgreSQL's `pg_current_snapshot()`).
