@@ -298,7 +298,9 @@ pub struct RelayConfig {
     /// After a claim that found rows but not a full batch, wait this long before claiming
     /// again, so a live trickle gathers into batches instead of every claimer re-running the
     /// claim query back to back (which starved the writers of PostgreSQL CPU under load).
-    /// A full batch claims again at once.
+    /// A full batch claims again at once. Longer trades latency for CPU: on a saturated
+    /// 2-core machine 100 carried 6–7 % more writes end to end than 20, and added ~35 ms to
+    /// commit → projection at p50 and p99 at half load (README, "Where end to end stood").
     pub claim_linger_millis: u64,
     /// First idle-poll delay ceiling; doubles with full jitter while shards stay empty.
     pub poll_min_millis: u64,
