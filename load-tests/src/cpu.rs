@@ -48,6 +48,11 @@ impl CpuMeter {
         }
     }
 
+    /// The emulator's threads now: it keeps one for every ordering key it was ever sent.
+    pub fn emulator_threads(&self) -> Option<i64> {
+        thread_count(self.emulator_pid?)
+    }
+
     /// CPU spent since [`CpuMeter::start`].
     pub fn stop(&self) -> CpuUse {
         let now = read_ticks(self.emulator_pid);
@@ -58,13 +63,6 @@ impl CpuMeter {
             own: seconds(now.own, self.at_start.own),
             emulator: seconds(now.emulator, self.at_start.emulator),
         }
-    }
-}
-
-impl CpuMeter {
-    /// The emulator's threads now: it keeps one for every ordering key it was ever sent.
-    pub fn emulator_threads(&self) -> Option<i64> {
-        thread_count(self.emulator_pid?)
     }
 }
 

@@ -30,6 +30,7 @@ enum WorkerRole {
         subscription: String,
         #[arg(long)]
         dead_letter_topic: String,
+        /// What the events carry (delta projections need contiguous versions).
         #[arg(long, value_enum)]
         workload: Workload,
         /// Lock timeout of each projection transaction, milliseconds.
