@@ -283,8 +283,8 @@ impl Writer {
 /// The read model: the fields per aggregate under the version guard, plus one `load.applied`
 /// row per effect. An event carrying every field (a create, or any write of the whole
 /// workload) is written whole with the versioned upsert; one carrying some fields (a delta
-/// update) sets just those, so the event says how it is applied and the projection needs no
-/// setting of its own.
+/// update) sets just those, so the event says how it is applied; the workload only decides
+/// whether versions must be contiguous.
 pub struct LoadProjection {
     upsert: VersionedUpsert,
     /// Delta updates need contiguous versions; whole-state events do not, so a whole

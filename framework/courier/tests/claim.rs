@@ -473,7 +473,7 @@ async fn the_owners_rows_in_flight_do_not_make_its_next_claim_costlier() -> anyh
     Ok(())
 }
 
-/// What the claimer's scan start (claimer.rs, `ScanFrom`) relies on. A row whose transaction
+/// What the claimer's scan start (`ScanFrom`, outbox/scan_from.rs) relies on. A row whose transaction
 /// took its seq before later rows were claimed, and commits after: the claim that passed over
 /// its seq saw that transaction running (its id within the snapshot's `xmin..xmax`); once it
 /// committed, a later claim's `xmin` has passed that `xmax`, and that claim, looking from the

@@ -68,7 +68,7 @@ pub struct ClaimSnapshot {
 }
 
 /// The rows a claim took, in claim order, and its snapshot (`None` when it took none).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Claimed {
     pub rows: Vec<ClaimedRow>,
     pub snapshot: Option<ClaimSnapshot>,

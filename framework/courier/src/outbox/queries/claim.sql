@@ -6,7 +6,7 @@
 -- scan a heap fetch to see its lock token (thousands with a slow broker or unique keys: most
 -- of a claim's cost). So the owner passes $6, the lowest seq where a row may have appeared
 -- since it last looked, and the never-failed rows are looked for from there; it passes 0 (a
--- full scan) when rows may have been left behind below it (see Claimer::scan_from). Each row
+-- full scan) when rows may have been left behind below it (see outbox/scan_from.rs). Each row
 -- returns the statement's snapshot bounds, with which the owner tells when the transactions
 -- that were running as it looked have all ended.
 --
@@ -131,7 +131,7 @@ UPDATE {schema}.outbox o
 SET lock_token = $2, locked_at = now()
 FROM claimable c,
      -- The claim's snapshot: which transactions were still running when it looked
-     -- (Claimer::scan_from uses it to know when rows it passed over have committed).
+     -- (outbox/scan_from.rs uses it to know when rows it passed over have committed).
      (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin, pg_snapshot_xmax(s)::text::bigint AS xmax
       FROM pg_current_snapshot() s) snapshot
 WHERE o.seq = c.seq AND o.published_at IS NULL
