@@ -272,10 +272,9 @@ impl Writer {
         )
         .with_source_service("courier-load");
         self.outbox
-            .append(&tx, event)
+            .append_and_commit(tx, event)
             .await
-            .context("append the event")?;
-        tx.commit().await.context("commit a write")?;
+            .context("append the event and commit")?;
         Ok(version)
     }
 }

@@ -252,8 +252,7 @@ async fn append_events(
         let chunk: Vec<NewEvent> = (next..end).map(event).collect();
         let mut conn = pool.get().await.context("database connection")?;
         let tx = conn.transaction().await.context("begin")?;
-        outbox.append_all(&tx, chunk).await?;
-        tx.commit().await.context("commit")?;
+        outbox.append_all_and_commit(tx, chunk).await?;
         bar.inc(u64::from(end - next));
         next = end;
     }

@@ -11,6 +11,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tls::{Tls, TlsError, TlsStream};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient, Statement, Transaction};
 
 /// The pool every framework component shares.
@@ -58,6 +59,33 @@ impl PgTransaction<'_> {
 
     pub async fn commit(self) -> Result<(), tokio_postgres::Error> {
         self.tx.commit().await
+    }
+
+    /// Runs the transaction's last statement and commits, in one round trip: the COMMIT goes
+    /// out right behind the statement instead of after its answer (on this project's 2-core
+    /// machine a write transaction of four round trips cost 20 % more CPU than one whose last
+    /// two were pipelined; on a network, a round trip of latency is saved).
+    ///
+    /// If the statement fails, PostgreSQL ends the transaction at the COMMIT with a rollback,
+    /// and the statement's error is returned; otherwise the COMMIT's result is. `statement`
+    /// must be prepared already (see [`PgTransaction::prepared`]): a request goes out on its
+    /// future's first poll, and one that had to prepare first would let the COMMIT overtake
+    /// it (tests/write_side.rs checks that a failing last statement rolls everything back).
+    pub async fn execute_and_commit(
+        self,
+        statement: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let PgTransaction { tx, .. } = self;
+        // `join!` polls in order: the statement's request is sent, then the COMMIT's.
+        let (executed, committed) =
+            futures::join!(tx.execute(statement, params), tx.batch_execute("COMMIT"));
+        // The transaction has ended either way; dropping `tx` would send a ROLLBACK behind the
+        // COMMIT (it holds no savepoint: it is a top-level transaction, so nothing leaks).
+        std::mem::forget(tx);
+        let rows = executed?;
+        committed?;
+        Ok(rows)
     }
 
     pub async fn rollback(self) -> Result<(), tokio_postgres::Error> {

@@ -790,6 +790,74 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
     Ok(())
 }
 
+/// The business rows commit exactly when the events do, with the COMMIT pipelined behind the
+/// insert: a failing insert (here a version conflict) rolls the business row back, which it
+/// would not if the COMMIT overtook the insert; an invalid event sends nothing.
+#[tokio::test]
+async fn an_append_committed_with_its_transaction_takes_the_business_rows_with_it(
+) -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let config = test_config(&db, &pubsub);
+    let outbox = Outbox::new(&config);
+    let mut conn = db.pool.get().await?;
+    conn.batch_execute("CREATE TABLE public.business (name text PRIMARY KEY)")
+        .await?;
+    let business = "INSERT INTO public.business (name) VALUES ($1)";
+
+    let tx = conn.transaction().await?;
+    tx.execute(business, &[&"committed"]).await?;
+    let appended = outbox
+        .append_and_commit(tx, event("valid.topic", "a", 1))
+        .await?;
+    assert_eq!((appended.aggregate_id.as_str(), appended.version), ("a", 1));
+
+    let tx = conn.transaction().await?;
+    tx.execute(business, &[&"conflict"]).await?;
+    let err = outbox
+        .append_and_commit(tx, event("valid.topic", "a", 1))
+        .await
+        .expect_err("version 1 of a is committed already");
+    assert!(err.is_conflict() && !err.is_transient(), "{err}");
+
+    let tx = conn.transaction().await?;
+    tx.execute(business, &[&"invalid"]).await?;
+    let err = outbox
+        .append_and_commit(tx, event("valid.topic", "b", 0))
+        .await
+        .expect_err("version 0");
+    assert!(
+        matches!(&err, AppendError::Invalid(e) if e.field == "version"),
+        "{err}"
+    );
+
+    let tx = conn.transaction().await?;
+    tx.execute(business, &[&"no events"]).await?;
+    assert!(outbox
+        .append_all_and_commit(tx, Vec::new())
+        .await?
+        .is_empty());
+
+    // The connection is left outside any transaction, ready for the next.
+    let tx = conn.transaction().await?;
+    let events = vec![event("valid.topic", "c", 1), event("valid.topic", "c", 2)];
+    assert_eq!(outbox.append_all_and_commit(tx, events).await?.len(), 2);
+    drop(conn);
+
+    let names: Vec<String> = db
+        .pool
+        .get()
+        .await?
+        .query("SELECT name FROM public.business ORDER BY name", &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(names, ["committed", "no events"]);
+    assert_eq!(count(&db, "SELECT count(*) FROM courier.outbox").await, 3);
+    Ok(())
+}
+
 #[tokio::test]
 async fn failed_actors_restart_per_policy_and_escalate_past_their_budget() -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;

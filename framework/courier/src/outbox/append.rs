@@ -7,6 +7,7 @@ use crate::config::CourierConfig;
 use crate::db::{render, DbError, PgTransaction};
 use crate::outbox::event::{InvalidEvent, NewEvent};
 use crate::outbox::shard::shard_of;
+use chrono::{DateTime, Utc};
 use std::future::Future;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Transaction;
@@ -146,11 +147,89 @@ impl Outbox {
     pub async fn append_all(
         &self,
         tx: &impl AppendTransaction,
-        mut events: Vec<NewEvent>,
+        events: Vec<NewEvent>,
     ) -> Result<Vec<Appended>, AppendError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        let (rows, appended) = self.rows(events)?;
+        let params = rows.params(&self.channel);
+        tx.run_append(self.sql(), &params[..self.param_count()])
+            .await
+            .map_err(DbError::query(format!(
+                "append {} events to outbox",
+                appended.len()
+            )))?;
+        metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(appended.len() as u64);
+        Ok(appended)
+    }
+
+    /// Appends one event as the last statement of `tx` and commits (see
+    /// [`Outbox::append_all_and_commit`]).
+    pub async fn append_and_commit(
+        &self,
+        tx: PgTransaction<'_>,
+        event: NewEvent,
+    ) -> Result<Appended, AppendError> {
+        let mut appended = self.append_all_and_commit(tx, vec![event]).await?;
+        Ok(appended.remove(0))
+    }
+
+    /// Appends `events` as the last statement of `tx` and commits, with the COMMIT sent right
+    /// behind the insert: one round trip less than [`Outbox::append_all`] and then a commit.
+    /// Nothing is committed unless the events are: invalid events are refused before anything
+    /// is sent (the transaction is then rolled back), and a failing insert makes PostgreSQL
+    /// roll the transaction back at the COMMIT. A commit error is returned as the database
+    /// error it is (a lost connection leaves it unknown whether the commit happened, as with
+    /// any commit).
+    pub async fn append_all_and_commit(
+        &self,
+        tx: PgTransaction<'_>,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Appended>, AppendError> {
+        let (rows, appended) = self.rows(events)?;
+        let context = || format!("append {} events to outbox and commit", appended.len());
+        if appended.is_empty() {
+            tx.commit().await.map_err(DbError::query(context()))?;
+            return Ok(appended);
+        }
+        let statement = tx
+            .prepared(self.sql())
+            .await
+            .map_err(DbError::query(context()))?;
+        let params = rows.params(&self.channel);
+        let values: Vec<&(dyn ToSql + Sync)> = params[..self.param_count()]
+            .iter()
+            .map(|(value, _)| *value)
+            .collect();
+        tx.execute_and_commit(&statement, &values)
+            .await
+            .map_err(DbError::query(context()))?;
+        metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(appended.len() as u64);
+        Ok(appended)
+    }
+
+    /// The insert: with the wake-up, or without it (see [`Outbox::without_wakeups`]).
+    fn sql(&self) -> &str {
+        if self.wakeups {
+            &self.append_sql
+        } else {
+            &self.append_quiet_sql
+        }
+    }
+
+    /// How many of [`AppendRows::params`] the insert takes (the last is the wake channel).
+    fn param_count(&self) -> usize {
+        if self.wakeups {
+            12
+        } else {
+            11
+        }
+    }
+
+    /// `events` validated (all of them, so that none is written if any is invalid) and laid
+    /// out as the insert's columns, with what each append returns.
+    fn rows(&self, mut events: Vec<NewEvent>) -> Result<(AppendRows, Vec<Appended>), AppendError> {
         if let Some(trace) = crate::telemetry::current_trace() {
             for event in &mut events {
                 event.inherit_trace(&trace);
@@ -169,62 +248,81 @@ impl Outbox {
             }
         }
         let n = events.len();
-        let mut ids = Vec::with_capacity(n);
-        let mut shards = Vec::with_capacity(n);
-        let mut topics = Vec::with_capacity(n);
-        let mut aggregate_types = Vec::with_capacity(n);
-        let mut aggregate_ids = Vec::with_capacity(n);
-        let mut event_types = Vec::with_capacity(n);
-        let mut versions = Vec::with_capacity(n);
-        let mut schema_versions = Vec::with_capacity(n);
-        let mut payloads = Vec::with_capacity(n);
-        let mut attributes = Vec::with_capacity(n);
-        let mut occurred = Vec::with_capacity(n);
+        let mut rows = AppendRows::with_capacity(n);
         let mut appended = Vec::with_capacity(n);
         for event in events {
             let shard = shard_of(&event.aggregate_id, self.shard_count);
-            attributes.push(serde_json::json!(event.optional_attributes()));
+            rows.attributes
+                .push(serde_json::json!(event.optional_attributes()));
             appended.push(Appended {
                 event_id: event.event_id,
                 aggregate_id: event.aggregate_id.clone(),
                 version: event.version,
                 shard,
             });
-            ids.push(event.event_id);
+            rows.ids.push(event.event_id);
             // shard < shard_count ≤ 1024 fits in i32.
-            shards.push(i32::try_from(shard).unwrap_or(i32::MAX));
-            topics.push(event.topic);
-            aggregate_types.push(event.aggregate_type);
-            aggregate_ids.push(event.aggregate_id);
-            event_types.push(event.event_type);
-            versions.push(event.version);
-            schema_versions.push(event.schema_version);
-            payloads.push(event.payload);
-            occurred.push(event.occurred_at);
+            rows.shards.push(i32::try_from(shard).unwrap_or(i32::MAX));
+            rows.topics.push(event.topic);
+            rows.aggregate_types.push(event.aggregate_type);
+            rows.aggregate_ids.push(event.aggregate_id);
+            rows.event_types.push(event.event_type);
+            rows.versions.push(event.version);
+            rows.schema_versions.push(event.schema_version);
+            rows.payloads.push(event.payload);
+            rows.occurred.push(event.occurred_at);
         }
-        let params: [(&(dyn ToSql + Sync), Type); 12] = [
-            (&ids, Type::UUID_ARRAY),
-            (&shards, Type::INT4_ARRAY),
-            (&topics, Type::TEXT_ARRAY),
-            (&aggregate_types, Type::TEXT_ARRAY),
-            (&aggregate_ids, Type::TEXT_ARRAY),
-            (&event_types, Type::TEXT_ARRAY),
-            (&versions, Type::INT8_ARRAY),
-            (&schema_versions, Type::INT4_ARRAY),
-            (&payloads, Type::BYTEA_ARRAY),
-            (&attributes, Type::JSONB_ARRAY),
-            (&occurred, Type::TIMESTAMPTZ_ARRAY),
-            (&self.channel, Type::TEXT),
-        ];
-        let (sql, params) = if self.wakeups {
-            (&self.append_sql, &params[..])
-        } else {
-            (&self.append_quiet_sql, &params[..11])
-        };
-        tx.run_append(sql, params)
-            .await
-            .map_err(DbError::query(format!("append {n} events to outbox")))?;
-        metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(n as u64);
-        Ok(appended)
+        Ok((rows, appended))
+    }
+}
+
+/// The events of one append as the insert's array parameters, a column each.
+struct AppendRows {
+    ids: Vec<Uuid>,
+    shards: Vec<i32>,
+    topics: Vec<String>,
+    aggregate_types: Vec<String>,
+    aggregate_ids: Vec<String>,
+    event_types: Vec<String>,
+    versions: Vec<i64>,
+    schema_versions: Vec<i32>,
+    payloads: Vec<Vec<u8>>,
+    attributes: Vec<serde_json::Value>,
+    occurred: Vec<DateTime<Utc>>,
+}
+
+impl AppendRows {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            ids: Vec::with_capacity(n),
+            shards: Vec::with_capacity(n),
+            topics: Vec::with_capacity(n),
+            aggregate_types: Vec::with_capacity(n),
+            aggregate_ids: Vec::with_capacity(n),
+            event_types: Vec::with_capacity(n),
+            versions: Vec::with_capacity(n),
+            schema_versions: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            attributes: Vec::with_capacity(n),
+            occurred: Vec::with_capacity(n),
+        }
+    }
+
+    /// The insert's parameters, each with its declared type; the wake channel last.
+    fn params<'a>(&'a self, channel: &'a String) -> [(&'a (dyn ToSql + Sync), Type); 12] {
+        [
+            (&self.ids, Type::UUID_ARRAY),
+            (&self.shards, Type::INT4_ARRAY),
+            (&self.topics, Type::TEXT_ARRAY),
+            (&self.aggregate_types, Type::TEXT_ARRAY),
+            (&self.aggregate_ids, Type::TEXT_ARRAY),
+            (&self.event_types, Type::TEXT_ARRAY),
+            (&self.versions, Type::INT8_ARRAY),
+            (&self.schema_versions, Type::INT4_ARRAY),
+            (&self.payloads, Type::BYTEA_ARRAY),
+            (&self.attributes, Type::JSONB_ARRAY),
+            (&self.occurred, Type::TIMESTAMPTZ_ARRAY),
+            (channel, Type::TEXT),
+        ]
     }
 }

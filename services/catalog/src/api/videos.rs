@@ -200,8 +200,7 @@ pub async fn create(
         ],
     )
     .await?;
-    context.outbox.append(&tx, event).await?;
-    tx.commit().await?;
+    context.outbox.append_and_commit(tx, event).await?;
     Ok(HttpResponse::Created().json(token(video_id, 1)))
 }
 
@@ -276,12 +275,11 @@ pub async fn update(
     .await?;
     context
         .outbox
-        .append(
-            &tx,
+        .append_and_commit(
+            tx,
             video_event(video_id, next, Payload::VideoUpdated(changed)),
         )
         .await?;
-    tx.commit().await?;
     Ok(HttpResponse::Ok().json(token(video_id, next)))
 }
 
@@ -322,9 +320,8 @@ pub async fn delete(
     });
     context
         .outbox
-        .append(&tx, video_event(video_id, next, payload))
+        .append_and_commit(tx, video_event(video_id, next, payload))
         .await?;
-    tx.commit().await?;
     Ok(HttpResponse::Ok().json(token(video_id, next)))
 }
 

@@ -245,9 +245,8 @@ async fn change(
     .await?;
     context
         .outbox
-        .append(&tx, engagement_event(video_id, user_id, version, payload))
+        .append_and_commit(tx, engagement_event(video_id, user_id, version, payload))
         .await?;
-    tx.commit().await?;
     Ok(HttpResponse::Ok().json(VersionToken {
         aggregate_id: aggregate,
         version,
