@@ -3,7 +3,8 @@
 //! - a prepared plain INSERT of the outbox row (the database's ceiling, for reference);
 //! - `Outbox::append` without wake-ups (the no-notify rate the goal is measured against);
 //! - `Outbox::append` while the relay is busy (its shards flagged not idle: no NOTIFY sent);
-//! - `Outbox::append` while the relay is idle (every commit sends the wake-up NOTIFY).
+//! - `Outbox::append` while the relay is idle (every commit sends the wake-up NOTIFY);
+//! - `Outbox::append_and_commit` without wake-ups (the COMMIT sent right behind the insert).
 //!
 //! Waking only idle shards is what keeps the write path near the ceiling under load while an
 //! idle relay still hears about the first event at once.
@@ -35,6 +36,7 @@ enum Variant {
     NoWakeups,
     RelayBusy,
     RelayIdle,
+    PipelinedCommit,
 }
 
 impl Variant {
@@ -44,6 +46,7 @@ impl Variant {
             Variant::NoWakeups => "Outbox::append without wake-ups",
             Variant::RelayBusy => "Outbox::append, relay busy (no NOTIFY)",
             Variant::RelayIdle => "Outbox::append, relay idle (NOTIFY each tx)",
+            Variant::PipelinedCommit => "Outbox::append_and_commit without wake-ups",
         }
     }
 }
@@ -72,9 +75,10 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
         Variant::NoWakeups,
         Variant::RelayBusy,
         Variant::RelayIdle,
+        Variant::PipelinedCommit,
     ];
-    let mut best = [0.0f64; 4];
-    let mut runs: Vec<Rate> = vec![Rate::new("", 0, 0.0); 4];
+    let mut best = [0.0f64; 5];
+    let mut runs: Vec<Rate> = vec![Rate::new("", 0, 0.0); 5];
     for round in 0..args.rounds {
         for (i, variant) in variants.iter().enumerate() {
             set_shards_idle(
@@ -91,7 +95,9 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
                 args.seconds
             );
             let outbox = match variant {
-                Variant::NoWakeups => Outbox::new(&config).without_wakeups(),
+                Variant::NoWakeups | Variant::PipelinedCommit => {
+                    Outbox::new(&config).without_wakeups()
+                }
                 _ => Outbox::new(&config),
             };
             let rate = measure(&Arc::new(outbox), &config, *variant, round, &args).await?;
@@ -109,6 +115,7 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
         &[&runs[0]],
         0.0,
     );
+    let pipelined = Ratio::to_lowest("COMMIT pipelined / no wake-ups", &runs[4], &[&runs[1]], 0.0);
     Ok(Report {
         benchmark: "append: write path with and without the wake-up NOTIFY".into(),
         parameters: vec![
@@ -121,7 +128,7 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
             ),
         ],
         rates: runs,
-        ratios: vec![busy, idle, api],
+        ratios: vec![busy, idle, api, pipelined],
         ..Default::default()
     })
 }
@@ -160,30 +167,38 @@ async fn measure(
                 );
                 let tx = client.transaction().await?;
                 tx.execute(&business, &[&key, &"a title"]).await?;
-                if variant == Variant::PlainInsert {
-                    let shard = i32::try_from(courier::outbox::shard::shard_of(&key, shard_count))?;
-                    let attributes = serde_json::json!(event.optional_attributes());
-                    tx.execute(
-                        &plain,
-                        &[
-                            &event.event_id,
-                            &shard,
-                            &event.topic,
-                            &event.aggregate_type,
-                            &event.aggregate_id,
-                            &event.event_type,
-                            &event.version,
-                            &event.schema_version,
-                            &event.payload,
-                            &attributes,
-                            &event.occurred_at,
-                        ],
-                    )
-                    .await?;
-                } else {
-                    outbox.append(&tx, event).await?;
+                match variant {
+                    Variant::PlainInsert => {
+                        let shard =
+                            i32::try_from(courier::outbox::shard::shard_of(&key, shard_count))?;
+                        let attributes = serde_json::json!(event.optional_attributes());
+                        tx.execute(
+                            &plain,
+                            &[
+                                &event.event_id,
+                                &shard,
+                                &event.topic,
+                                &event.aggregate_type,
+                                &event.aggregate_id,
+                                &event.event_type,
+                                &event.version,
+                                &event.schema_version,
+                                &event.payload,
+                                &attributes,
+                                &event.occurred_at,
+                            ],
+                        )
+                        .await?;
+                        tx.commit().await?;
+                    }
+                    Variant::PipelinedCommit => {
+                        outbox.append_and_commit(tx, event).await?;
+                    }
+                    Variant::NoWakeups | Variant::RelayBusy | Variant::RelayIdle => {
+                        outbox.append(&tx, event).await?;
+                        tx.commit().await?;
+                    }
                 }
-                tx.commit().await?;
                 committed += 1;
             }
             anyhow::Ok(committed)

@@ -45,22 +45,6 @@ const MARK_GATHER_ROWS: usize = 100;
 /// The longest an outcome waits for others before it is marked.
 const MARK_LINGER: Duration = Duration::from_millis(5);
 
-/// The most a slow broker stretches the claim linger: this many times `claim_linger_millis`
-/// (100 ms by default, which carried 6–7 % more writes end to end than 20 on a saturated
-/// 2-core machine; README, "Where end to end stood").
-const LINGER_STRETCH_MAX: u32 = 5;
-
-/// How long a claimer waits after a partial batch: the configured linger, stretched to a
-/// tenth of the broker's recent acknowledgement latency, up to [`LINGER_STRETCH_MAX`] times
-/// the configured one. A row then waits for its claim at most a tenth of what its publish
-/// takes anyway: at light load (acknowledgements within tens of milliseconds) the configured
-/// linger holds, and a relay whose publishes take seconds (a saturated machine or broker)
-/// claims, marks and publishes in fewer, larger bursts, each costing PostgreSQL and the
-/// broker less per row.
-fn claim_linger(configured: Duration, ack_latency: Duration) -> Duration {
-    (ack_latency / 10).clamp(configured, configured * LINGER_STRETCH_MAX)
-}
-
 /// How soon a claimer that found the publish limit full looks again.
 const LIMIT_RECHECK: Duration = Duration::from_millis(50);
 
@@ -210,11 +194,7 @@ impl Claimer {
                             if full || act.config.claim_linger_millis == 0 {
                                 act.claim(ctx);
                             } else {
-                                let linger = claim_linger(
-                                    act.config.claim_linger(),
-                                    act.publishers.limit().ack_latency(),
-                                );
-                                act.claim_after(linger, ctx);
+                                act.claim_after(act.config.claim_linger(), ctx);
                             }
                         }
                         Ok(_) => act.on_empty(ctx),
@@ -540,19 +520,5 @@ mod tests {
                 vec![("a".to_string(), 1), ("a".to_string(), 2)]
             ]
         );
-    }
-
-    #[test]
-    fn the_linger_stretches_with_slow_acknowledgements_within_its_bounds() {
-        let ms = Duration::from_millis;
-        let configured = ms(20);
-        // No acknowledgement yet, or fast ones: the configured linger.
-        assert_eq!(claim_linger(configured, Duration::ZERO), configured);
-        assert_eq!(claim_linger(configured, ms(150)), configured);
-        // A tenth of a slower broker's latency.
-        assert_eq!(claim_linger(configured, ms(600)), ms(60));
-        // Never past the stretch limit, however slow the broker.
-        assert_eq!(claim_linger(configured, ms(30_000)), ms(100));
-        assert_eq!(claim_linger(Duration::ZERO, ms(30_000)), Duration::ZERO);
     }
 }

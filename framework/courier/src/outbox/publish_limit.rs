@@ -180,11 +180,6 @@ impl PublishLimit {
         backoff.delay(failures.saturating_sub(1))
     }
 
-    /// Recent acknowledgement latency (exponentially weighted; zero before the first).
-    pub fn ack_latency(&self) -> Duration {
-        Duration::from_secs_f64(self.state().latency_ms / 1_000.0)
-    }
-
     pub fn snapshot(&self) -> LimitSnapshot {
         let state = self.state();
         LimitSnapshot {
