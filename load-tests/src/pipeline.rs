@@ -10,7 +10,7 @@ use crate::faults::{strike, FaultPlan, FaultStack, Strikes};
 use crate::pg_statements;
 use crate::processes::{find_process, Role, Workers};
 use crate::report::{Goal, Latency, Report};
-use crate::rig::{PipelineArgs, Place, Rig};
+use crate::rig::{PipelineArgs, Place, Rig, Takeover};
 use crate::workload::KeySpace;
 use anyhow::Context as _;
 use std::path::Path;
@@ -97,7 +97,13 @@ impl Pipeline {
                 .await?,
             emulator_host,
         };
-        let mut rig = Rig::create(dir, &place, setup.args, setup.ack_deadline_secs).await?;
+        let takeover = if setup.plan.faults.is_empty() {
+            Takeover::Deployment
+        } else {
+            Takeover::Quick
+        };
+        let mut rig =
+            Rig::create(dir, &place, setup.args, setup.ack_deadline_secs, takeover).await?;
         let statements = pg_statements::enable(&rig.client().await?).await;
         let canary = Canary::start(&rig.pubsub(), &format!("{}.canary", rig.topic)).await?;
         rig.consumer_lock_timeout = setup.plan.consumer_lock_timeout();

@@ -122,6 +122,20 @@ pub struct Rig {
     pub config_path: PathBuf,
 }
 
+/// How soon the rows claimed by a relay that stopped answering can be claimed by another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// Within seconds (a 5 s claim lease, publishes timed out after 4 s): for runs that kill
+    /// relays or disrupt PostgreSQL or the broker, whose backlog must drain soon after each
+    /// fault.
+    Quick,
+    /// The deployment's claim lease and publish timeout: for runs without faults. Under load
+    /// the emulator sometimes takes longer than 4 s to acknowledge; with the quick timeout the
+    /// relay gave up on those publishes and sent them again (45–292 claims' worth a 30 s
+    /// `throughput` run, some runs then draining for 10 s after the writers stopped).
+    Deployment,
+}
+
 impl Rig {
     /// Creates the database at `place`, the workload's schema, the topic and (unless relay
     /// only) its subscriptions, and writes the workers' config into `dir`.
@@ -130,6 +144,7 @@ impl Rig {
         place: &Place,
         args: &PipelineArgs,
         ack_deadline_secs: i32,
+        takeover: Takeover,
     ) -> anyhow::Result<Self> {
         let db = workload::database(place.database_server.as_deref()).await?;
         let mut config = CourierConfig {
@@ -140,11 +155,13 @@ impl Rig {
             },
             ..Default::default()
         };
-        // Deployment defaults but for a short lease (a killed relay's shards are taken over
-        // within seconds) and retries capped at 5 s (a fault's backlog drains soon after it).
+        // Deployment defaults but for the lease the takeover asks for and retries capped at
+        // 5 s (a fault's backlog drains soon after it).
         config.relay.shard_count = args.shards;
-        config.relay.claim_lease_secs = 5;
-        config.relay.publish_timeout_secs = 4;
+        if takeover == Takeover::Quick {
+            config.relay.claim_lease_secs = 5;
+            config.relay.publish_timeout_secs = 4;
+        }
         config.relay.retry_base_millis = 200;
         config.relay.retry_cap_millis = 5_000;
         config.consumer.streams = args.streams;

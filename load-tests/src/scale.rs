@@ -4,7 +4,7 @@
 use crate::fixtures::{events, fill, poll_until_done, set_shards_idle};
 use crate::processes::{Role, Workers};
 use crate::report::{Goal, Rate, Ratio, Report};
-use crate::rig::{PipelineArgs, Place, Rig};
+use crate::rig::{PipelineArgs, Place, Rig, Takeover};
 use crate::workload::{KeySpace, Workload};
 use anyhow::Context as _;
 use courier_testkit::TestPubSub;
@@ -53,7 +53,9 @@ pub async fn run(args: ScaleArgs, dir: &Path) -> anyhow::Result<Report> {
     for relays in 1..=args.max_relays {
         let run_dir = dir.join(format!("{relays}-relays"));
         std::fs::create_dir_all(&run_dir)?;
-        let rig = Rig::create(&run_dir, &Place::shared(&pubsub.host), &pipeline, 30).await?;
+        // Relays are killed and their shards taken over.
+        let place = Place::shared(&pubsub.host);
+        let rig = Rig::create(&run_dir, &place, &pipeline, 30, Takeover::Quick).await?;
         let batch = events(&rig.topic, args.events, args.keys);
         fill(
             &rig.db,
