@@ -78,9 +78,13 @@ impl AppendTransaction for PgTransaction<'_> {
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<(), tokio_postgres::Error> {
         let statement = self.prepared(sql).await?;
-        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
-        self.execute(&statement, &values).await.map(drop)
+        self.execute(&statement, &untyped(params)).await.map(drop)
     }
+}
+
+/// The values of typed parameters, for a prepared statement (which knows their types).
+fn untyped<'a>(params: &[(&'a (dyn ToSql + Sync), Type)]) -> Vec<&'a (dyn ToSql + Sync)> {
+    params.iter().map(|(value, _)| *value).collect()
 }
 
 /// Appends events to one schema's outbox.
@@ -153,8 +157,9 @@ impl Outbox {
             return Ok(Vec::new());
         }
         let (rows, appended) = self.rows(events)?;
+        let (sql, param_count) = self.insert();
         let params = rows.params(&self.channel);
-        tx.run_append(self.sql(), &params[..self.param_count()])
+        tx.run_append(sql, &params[..param_count])
             .await
             .map_err(DbError::query(format!(
                 "append {} events to outbox",
@@ -193,37 +198,23 @@ impl Outbox {
             tx.commit().await.map_err(DbError::query(context()))?;
             return Ok(appended);
         }
-        let statement = tx
-            .prepared(self.sql())
-            .await
-            .map_err(DbError::query(context()))?;
+        let (sql, param_count) = self.insert();
+        let statement = tx.prepared(sql).await.map_err(DbError::query(context()))?;
         let params = rows.params(&self.channel);
-        let values: Vec<&(dyn ToSql + Sync)> = params[..self.param_count()]
-            .iter()
-            .map(|(value, _)| *value)
-            .collect();
-        tx.execute_and_commit(&statement, &values)
+        tx.execute_and_commit(&statement, &untyped(&params[..param_count]))
             .await
             .map_err(DbError::query(context()))?;
         metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(appended.len() as u64);
         Ok(appended)
     }
 
-    /// The insert: with the wake-up, or without it (see [`Outbox::without_wakeups`]).
-    fn sql(&self) -> &str {
+    /// The insert, with the wake-up or without it (see [`Outbox::without_wakeups`]), and how
+    /// many of [`AppendRows::params`] it takes (the last is the wake channel).
+    fn insert(&self) -> (&str, usize) {
         if self.wakeups {
-            &self.append_sql
+            (&self.append_sql, 12)
         } else {
-            &self.append_quiet_sql
-        }
-    }
-
-    /// How many of [`AppendRows::params`] the insert takes (the last is the wake channel).
-    fn param_count(&self) -> usize {
-        if self.wakeups {
-            12
-        } else {
-            11
+            (&self.append_quiet_sql, 11)
         }
     }
 
