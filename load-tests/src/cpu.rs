@@ -6,7 +6,9 @@
 //! costs per event says how far the machine can take the pipeline at all: see
 //! [`shared_machine_bound`].
 
-use crate::processes::{find_process, read_process, thread_count, ticks_per_second};
+use crate::processes::{
+    find_process, jit_compiler_ticks, read_process, thread_count, ticks_per_second,
+};
 use std::time::Instant;
 
 /// CPU counters at the start of a phase.
@@ -51,6 +53,21 @@ impl CpuMeter {
     /// The emulator's threads now: it keeps one for every ordering key it was ever sent.
     pub fn emulator_threads(&self) -> Option<i64> {
         thread_count(self.emulator_pid?)
+    }
+
+    /// How much of the emulator's CPU since it started went to its JIT compilers: a fresh
+    /// JVM's warm-up, done while the run is measured, which real Pub/Sub does not charge to
+    /// this machine.
+    pub fn emulator_jit(&self) -> Option<String> {
+        let (compilers, total) = jit_compiler_ticks(self.emulator_pid?)?;
+        let seconds = |ticks: u64| ticks as f64 / ticks_per_second();
+        Some(format!(
+            "emulator's JIT compiler threads: {:.1} of its {:.1} CPU-seconds since it started \
+             ({:.0} %), a fresh JVM's warm-up that real Pub/Sub does not charge to this machine",
+            seconds(compilers),
+            seconds(total),
+            100.0 * compilers as f64 / total.max(1) as f64
+        ))
     }
 
     /// CPU spent since [`CpuMeter::start`].

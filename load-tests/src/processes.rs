@@ -212,6 +212,22 @@ pub fn thread_count(pid: u32) -> Option<i64> {
     Some(process.stat().ok()?.num_threads)
 }
 
+/// CPU ticks of a Java process's JIT compiler threads (`C1 CompilerThre…`, `C2 CompilerThre…`)
+/// and of the whole process, since it started: the compilers' share is warm-up work that a
+/// fresh JVM does while it is measured, and that real Pub/Sub does not charge to this machine.
+pub fn jit_compiler_ticks(pid: u32) -> Option<(u64, u64)> {
+    let process = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?;
+    let total = reading(&process.stat().ok()?).cpu_ticks;
+    let compilers = process
+        .tasks()
+        .ok()?
+        .filter_map(|task| task.ok()?.stat().ok())
+        .filter(|stat| stat.comm.starts_with("C1 Compiler") || stat.comm.starts_with("C2 Compiler"))
+        .map(|stat| stat.utime + stat.stime)
+        .sum();
+    Some((compilers, total))
+}
+
 fn reading(stat: &procfs::process::Stat) -> ProcessReading {
     use procfs::WithCurrentSystemInfo as _;
     ProcessReading {
@@ -261,6 +277,8 @@ pub fn find_process(needles: &[&str]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn processes_are_summed_by_name() {
@@ -279,6 +297,53 @@ mod tests {
         assert!(all.cpu_ticks >= own.cpu_ticks, "{all:?} < {own:?}");
         assert_eq!(all.rss_bytes, 0);
         assert_eq!(read_all_named("no such process name").cpu_ticks, 0);
+    }
+
+    /// A thread named `name` that burns CPU until its flag is set.
+    fn burner(name: &str) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let mut x = 0u64;
+                while !flag.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+                }
+            })
+            .expect("spawn");
+        (stop, thread)
+    }
+
+    #[test]
+    fn only_threads_named_as_a_jvm_names_its_compilers_count_as_jit() {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let read = || jit_compiler_ticks(std::process::id()).expect("own tasks");
+
+        // Another name burns while the compiler count stays at zero.
+        let (stop, other) = burner("C3 other");
+        let (_, total_before) = read();
+        while read().1 < total_before + 5 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            read().0,
+            0,
+            "a thread not named as a JIT compiler was counted"
+        );
+        stop.store(true, Ordering::Relaxed);
+        other.join().expect("join");
+
+        // A compiler's ticks count while it exists (read before it exits: its entry goes).
+        let (stop, compiler) = burner("C2 CompilerThread0");
+        while read().0 == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (jit, total) = read();
+        stop.store(true, Ordering::Relaxed);
+        compiler.join().expect("join");
+        assert!(jit > 0, "the compiler thread's ticks were not counted");
+        assert!(total >= jit, "{total} < {jit}");
     }
 
     #[test]

@@ -198,5 +198,8 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
         ),
     ]);
     run.fill(&mut report, drained.after_warm_up(WARM_UP_SHARE));
+    report
+        .notes
+        .extend(CpuMeter::start(&pubsub.host).emulator_jit());
     Ok(report)
 }
