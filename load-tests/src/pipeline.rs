@@ -259,6 +259,11 @@ impl Pipeline {
             }
             if Instant::now() >= deadline || progressed_at.elapsed() >= STALL {
                 bar.finish_and_clear();
+                if last.1 < 0 {
+                    if let Ok(conn) = self.rig.db.pool.get().await {
+                        last.1 = unpublished(&conn).await.unwrap_or(-1);
+                    }
+                }
                 let stall = anyhow::anyhow!(
                     "{} of {total} {what}, {} outbox rows unpublished; nothing moved for {} s",
                     last.0,
@@ -355,7 +360,9 @@ pub const MEMORY_DRIFT_LIMIT: f64 = 0.10;
 const STALL: Duration = Duration::from_secs(90);
 
 /// `(done, outbox rows unpublished)`, or `None` when the database cannot answer now. Polled
-/// every 100 ms while the run drains, so it must cost PostgreSQL next to nothing.
+/// every 100 ms while the run drains, so it must cost PostgreSQL next to nothing: end to
+/// end, the unpublished rows (a count that visits each) are counted only once every effect
+/// is in, and are `-1` (not counted) before.
 async fn progress(rig: &Rig, total: u64) -> Option<(u64, i64)> {
     let conn = rig.db.pool.get().await.ok()?;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
@@ -364,16 +371,12 @@ async fn progress(rig: &Rig, total: u64) -> Option<(u64, i64)> {
             // The effect log's last sequence number (one index probe) is at least the effects
             // applied; only once it reaches the total are the distinct effects counted.
             let row = conn
-                .query_one(
-                    "SELECT (SELECT coalesce(max(seq), 0) FROM load.applied),
-                            (SELECT count(*) FROM courier.outbox WHERE published_at IS NULL)",
-                    &[],
-                )
+                .query_one("SELECT coalesce(max(seq), 0) FROM load.applied", &[])
                 .await
                 .ok()?;
-            let (last, pending): (i64, i64) = (row.get(0), row.get(1));
+            let last: i64 = row.get(0);
             if count(last) < total {
-                return Some((count(last), pending));
+                return Some((count(last), -1));
             }
             let distinct: i64 = conn
                 .query_one(
@@ -383,22 +386,26 @@ async fn progress(rig: &Rig, total: u64) -> Option<(u64, i64)> {
                 .await
                 .ok()?
                 .get(0);
-            Some((count(distinct), pending))
+            Some((count(distinct), unpublished(&conn).await?))
         }
         // Every committed write has its row: counting the few unpublished ones (a partial
         // index) is cheap where counting the published history is not.
         Scope::RelayOnly => {
-            let row = conn
-                .query_one(
-                    "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
-                    &[],
-                )
-                .await
-                .ok()?;
-            let pending: i64 = row.get(0);
+            let pending = unpublished(&conn).await?;
             Some((total.saturating_sub(count(pending)), pending))
         }
     }
+}
+
+/// Outbox rows not yet published, or `None` when the database cannot answer now.
+async fn unpublished(conn: &tokio_postgres::Client) -> Option<i64> {
+    conn.query_one(
+        "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
+        &[],
+    )
+    .await
+    .ok()
+    .map(|row| row.get(0))
 }
 
 /// The `event_id`s on the dead-letter keeper subscription: one stream (opened now, after the
