@@ -12,6 +12,7 @@ use crate::pipeline::{Pipeline, Setup, WARM_UP_SHARE};
 use crate::report::{Rate, Ratio, Report};
 use crate::rig::PipelineArgs;
 use crate::stages::{self, Stage};
+use anyhow::Context as _;
 use courier_testkit::{TestDb, TestPubSub};
 use std::path::Path;
 use std::time::Duration;
@@ -86,6 +87,22 @@ impl Ceilings {
     }
 }
 
+/// PostgreSQL's raw insert rate moves with this machine's disk (each commit waits for the
+/// WAL's fsync): over one session a single 5 s probe read anywhere from 3.0k to 7.2k/s, and a
+/// dip made it the lower ceiling and flattered the ratio (0.32 for 964/s end to end). A
+/// ceiling is the best the database does, so it is the fastest of this many probes.
+const PG_PROBES: usize = 3;
+
+/// The fastest of `rates`, named with how many it was chosen from.
+fn fastest(rates: Vec<Rate>) -> Option<Rate> {
+    let count = rates.len();
+    let mut best = rates
+        .into_iter()
+        .max_by(|a, b| a.per_second.total_cmp(&b.per_second))?;
+    best.name = format!("{} (fastest of {count})", best.name);
+    Some(best)
+}
+
 /// PostgreSQL's raw insert rate with the pipeline's writers and the emulator's raw receive
 /// rate with its streams; and each stage alone: the write transaction of the pipeline's
 /// shape, raw publish and receive (the receive backlog's), a projection transaction.
@@ -95,7 +112,11 @@ pub async fn measure_ceilings(
     probe_seconds: u64,
 ) -> anyhow::Result<Ceilings> {
     let db = TestDb::new().await?;
-    let postgres = limits::pg_insert_rate(&db, p.writers, 1, probe_seconds).await?;
+    let mut probes = Vec::with_capacity(PG_PROBES);
+    for _ in 0..PG_PROBES {
+        probes.push(limits::pg_insert_rate(&db, p.writers, 1, probe_seconds).await?);
+    }
+    let postgres = fastest(probes).context("no PostgreSQL probe")?;
     drop(db);
     // The emulator paces each stream at ~2k msg/s: size the backlog to the probe's length.
     let backlog = 2_000 * u64::from(p.streams) * probe_seconds;
@@ -202,4 +223,22 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
         .notes
         .extend(CpuMeter::start(&pubsub.host).emulator_jit());
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ceiling_is_the_fastest_probe_and_says_of_how_many() {
+        let probes = vec![
+            Rate::new("raw insert", 30_000, 5.0),
+            Rate::new("raw insert", 36_000, 5.0),
+            Rate::new("raw insert", 15_000, 5.0),
+        ];
+        let best = fastest(probes).expect("a probe");
+        assert_eq!(best.per_second, 7_200.0);
+        assert_eq!(best.name, "raw insert (fastest of 3)");
+        assert!(fastest(Vec::new()).is_none());
+    }
 }
