@@ -7,7 +7,7 @@
 //! [`shared_machine_bound`].
 
 use crate::processes::{
-    find_process, jit_compiler_ticks, read_process, thread_count, ticks_per_second,
+    emulator_process, jit_compiler_ticks, read_process, thread_count, ticks_per_second,
 };
 use std::time::Instant;
 
@@ -39,10 +39,7 @@ struct Ticks {
 impl CpuMeter {
     /// Starts counting; `emulator_host` (`host:port`) finds the emulator's process by its port.
     pub fn start(emulator_host: &str) -> Self {
-        let emulator_pid = emulator_host
-            .rsplit(':')
-            .next()
-            .and_then(|port| find_process(&[&format!("--port={port}")]));
+        let emulator_pid = emulator_process(emulator_host);
         Self {
             started: Instant::now(),
             emulator_pid,
@@ -53,21 +50,6 @@ impl CpuMeter {
     /// The emulator's threads now: it keeps one for every ordering key it was ever sent.
     pub fn emulator_threads(&self) -> Option<i64> {
         thread_count(self.emulator_pid?)
-    }
-
-    /// How much of the emulator's CPU since it started went to its JIT compilers: a fresh
-    /// JVM's warm-up, done while the run is measured, which real Pub/Sub does not charge to
-    /// this machine.
-    pub fn emulator_jit(&self) -> Option<String> {
-        let (compilers, total) = jit_compiler_ticks(self.emulator_pid?)?;
-        let seconds = |ticks: u64| ticks as f64 / ticks_per_second();
-        Some(format!(
-            "emulator's JIT compiler threads: {:.1} of its {:.1} CPU-seconds since it started \
-             ({:.0} %), a fresh JVM's warm-up that real Pub/Sub does not charge to this machine",
-            seconds(compilers),
-            seconds(total),
-            100.0 * compilers as f64 / total.max(1) as f64
-        ))
     }
 
     /// CPU spent since [`CpuMeter::start`].
@@ -81,6 +63,21 @@ impl CpuMeter {
             emulator: seconds(now.emulator, self.at_start.emulator),
         }
     }
+}
+
+/// How much of the emulator's CPU since it started went to its JIT compilers: a fresh JVM's
+/// warm-up, done while the run is measured, which real Pub/Sub does not charge to this
+/// machine. `None` when the emulator's process is not on this machine.
+pub fn emulator_jit(emulator_host: &str) -> Option<String> {
+    let (compilers, total) = jit_compiler_ticks(emulator_process(emulator_host)?)?;
+    let seconds = |ticks: u64| ticks as f64 / ticks_per_second();
+    Some(format!(
+        "emulator's JIT compiler threads: {:.1} of its {:.1} CPU-seconds since it started \
+         ({:.0} %), a fresh JVM's warm-up that real Pub/Sub does not charge to this machine",
+        seconds(compilers),
+        seconds(total),
+        100.0 * compilers as f64 / total.max(1) as f64
+    ))
 }
 
 impl CpuUse {

@@ -8,7 +8,7 @@ use crate::checker::{judge, read_facts, Scope, Verdict};
 use crate::drive::{self, Load, Origin, Sample, Sampler, Watched, WriteOutcome};
 use crate::faults::{strike, FaultPlan, FaultStack, Strikes};
 use crate::pg_statements;
-use crate::processes::{find_process, Role, Workers};
+use crate::processes::{emulator_process, Role, Workers};
 use crate::report::{Goal, Latency, Report};
 use crate::rig::{PipelineArgs, Place, Rig, Takeover};
 use crate::workload::KeySpace;
@@ -115,8 +115,7 @@ impl Pipeline {
             workers.start(Role::Consumer)?;
         }
         let mut others = vec![("harness".to_string(), std::process::id())];
-        let port = rig.emulator_host.rsplit(':').next().unwrap_or_default();
-        if let Some(pid) = find_process(&[&format!("--port={port}")]) {
+        if let Some(pid) = emulator_process(&rig.emulator_host) {
             others.push(("emulator".into(), pid));
         }
         let watched: Watched = Arc::new(Mutex::new(Vec::new()));

@@ -259,9 +259,15 @@ pub fn ticks_per_second() -> f64 {
     procfs::ticks_per_second() as f64
 }
 
+/// The emulator's Java process, found by the port of its `host:port`.
+pub fn emulator_process(emulator_host: &str) -> Option<u32> {
+    let port = emulator_host.rsplit(':').next()?;
+    find_process(&[&format!("--port={port}")])
+}
+
 /// The first process whose command line contains every one of `needles` (the emulator's
 /// Java process, found by its port).
-pub fn find_process(needles: &[&str]) -> Option<u32> {
+fn find_process(needles: &[&str]) -> Option<u32> {
     procfs::process::all_processes()
         .ok()?
         .filter_map(Result::ok)

@@ -4,7 +4,7 @@
 //! ratio to the ceilings measured in the same run: PostgreSQL's raw insert rate with the same
 //! number of clients, and the emulator's raw receive rate with the same number of streams.
 
-use crate::cpu::CpuMeter;
+use crate::cpu::{self, CpuMeter};
 use crate::drive::{Load, Pace};
 use crate::faults::FaultArgs;
 use crate::limits;
@@ -219,9 +219,7 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
         ),
     ]);
     run.fill(&mut report, drained.after_warm_up(WARM_UP_SHARE));
-    report
-        .notes
-        .extend(CpuMeter::start(&pubsub.host).emulator_jit());
+    report.notes.extend(cpu::emulator_jit(&pubsub.host));
     Ok(report)
 }
 
