@@ -348,7 +348,7 @@ impl Default for RelayConfig {
             retry_cap_millis: 300_000,
             publisher_idle_secs: 1,
             publish_timeout_secs: 20,
-            publish_limit_min: 100,
+            publish_limit_min: 10,
             publish_limit_max: 25_600,
             publish_latency_target_millis: 2_000,
         }

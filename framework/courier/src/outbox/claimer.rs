@@ -145,9 +145,7 @@ impl Claimer {
         let batch = self.config.claim_batch_size as usize;
         let limit = self.publishers.limit();
         let mut permits = limit.try_acquire(batch);
-        // While the limit is full its permits come back a row at a time; a claim for a few
-        // rows costs PostgreSQL nearly what one for a batch does, so wait for half a batch.
-        if permits.count() < (batch / 2).max(1).min(limit.min()) {
+        if permits.count() < limit.enough_for_a_claim(batch) {
             drop(permits);
             self.claim_after(LIMIT_RECHECK, ctx);
             return;
