@@ -4,11 +4,11 @@
 use crate::events::video_event;
 use chrono::{DateTime, Utc};
 use courier::backfill::{BackfillError, BackfillSource, BoxFuture};
-use courier::db::DbError;
+use courier::db::{DbError, PgTransaction};
 use courier::outbox::NewEvent;
 use courier_proto::catalog::v1::{event::Payload, VideoSnapshot, VideoStatus};
 use courier_proto::catalog::AGGREGATE_TYPE;
-use tokio_postgres::{Client, Row, Transaction};
+use tokio_postgres::{Client, Row};
 use uuid::Uuid;
 
 /// Every video, in id order.
@@ -93,7 +93,7 @@ impl BackfillSource for VideoSnapshots {
 
     fn snapshot_batch<'a, 'tx: 'a>(
         &'a self,
-        tx: &'a Transaction<'tx>,
+        tx: &'a PgTransaction<'tx>,
         after: Option<&'a str>,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<NewEvent>, BackfillError>> {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::{create_video, run_options, TestStack, FLOW};
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
 /// (title, version, deleted) per video.
@@ -389,7 +389,7 @@ impl BackfillSource for FailOnBatch {
 
     fn snapshot_batch<'a, 'tx: 'a>(
         &'a self,
-        tx: &'a Transaction<'tx>,
+        tx: &'a PgTransaction<'tx>,
         after: Option<&'a str>,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<NewEvent>, BackfillError>> {

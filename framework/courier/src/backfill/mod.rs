@@ -19,13 +19,13 @@
 //! - At most one unfinished run per aggregate type (a partial unique index); starting again
 //!   resumes it. Concurrent runners of one run take turns on its row lock.
 
-use crate::db::{render, DbError, PgPool};
+use crate::db::{render, DbError, PgPool, PgTransaction};
 use crate::outbox::{AppendError, NewEvent, Outbox};
 use crate::CourierConfig;
 use chrono::{DateTime, Utc};
 pub use futures::future::BoxFuture;
 use std::sync::Arc;
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::Client;
 
 /// The largest batch: one batch is one transaction holding its aggregates' row locks (live
 /// writes to them wait for it) and one outbox insert of that many rows.
@@ -53,7 +53,7 @@ pub trait BackfillSource: Send + Sync + 'static {
     /// batch means the walk is done.
     fn snapshot_batch<'a, 'tx: 'a>(
         &'a self,
-        tx: &'a Transaction<'tx>,
+        tx: &'a PgTransaction<'tx>,
         after: Option<&'a str>,
         limit: i64,
     ) -> BoxFuture<'a, Result<Vec<NewEvent>, BackfillError>>;
@@ -346,7 +346,7 @@ impl Backfill {
         Ok(step)
     }
 
-    async fn total_of(&self, tx: &Transaction<'_>, run_id: i64) -> Result<i64, BackfillError> {
+    async fn total_of(&self, tx: &PgTransaction<'_>, run_id: i64) -> Result<i64, BackfillError> {
         let row = tx
             .query_one(&self.queries.emitted, &[&run_id])
             .await

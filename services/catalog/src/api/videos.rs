@@ -142,7 +142,7 @@ fn check_expected(video_id: Uuid, expected: Option<i64>, actual: i64) -> Result<
 
 /// The video's row, locked until `tx` ends, or 404.
 async fn lock_video(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &courier::db::PgTransaction<'_>,
     video_id: Uuid,
 ) -> Result<tokio_postgres::Row, ApiError> {
     tx.query_opt(include_str!("queries/lock_video.sql"), &[&video_id])
