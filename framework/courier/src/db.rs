@@ -72,8 +72,8 @@ fn send_now<'a>(client: &'a Client, sql: &'static str) -> Answer<'a> {
 /// Its BEGIN is not awaited before the first statement: both go out together, and BEGIN's
 /// answer is read when the transaction ends. That saves a round trip per transaction: a
 /// write of one statement and an append is two round trips instead of three (`courier-load
-/// throughput`'s stages alone, CPU per event: write transaction 254–257 µs against 267–306,
-/// one-event projection transaction 196–201 against 240–260; `append`: 1.04 × the
+/// throughput`'s stages alone, CPU per event: write transaction 241–257 µs against 267–310,
+/// one-event projection transaction 196–207 against 238–260; `append`: 1.04 × the
 /// `append_and_commit`s per second). Statements behind a failed BEGIN would run outside a
 /// transaction, so a failed BEGIN fails the commit; but a plain BEGIN fails only on an
 /// aborted transaction (whose statements fail too) or a broken connection (likewise).
