@@ -97,6 +97,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0013_drop_unpublished_by_shard",
             sql: include_str!("../../../migrations/courier/0013_drop_unpublished_by_shard.sql"),
         },
+        Migration {
+            version: 14,
+            name: "0014_unique_ids_among_unpublished",
+            sql: include_str!("../../../migrations/courier/0014_unique_ids_among_unpublished.sql"),
+        },
     ],
 };
 

@@ -787,6 +787,28 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
     assert!(err.is_conflict() && !err.is_transient(), "{err}");
     drop(tx);
     assert_eq!(count(&db, "SELECT count(*) FROM courier.outbox").await, 1);
+
+    // An event id is unique among unpublished rows (0014_unique_ids_among_unpublished.sql):
+    // the same id on another aggregate is a conflict while the first is waiting.
+    let first_id: uuid::Uuid = db
+        .client()
+        .await?
+        .query_one(
+            "SELECT id FROM courier.outbox WHERE aggregate_id = 'a'",
+            &[],
+        )
+        .await?
+        .get(0);
+    let mut same_id = event("valid.topic", "b", 1);
+    same_id.event_id = first_id;
+    let tx = conn.transaction().await?;
+    let err = outbox
+        .append(&tx, same_id)
+        .await
+        .expect_err("event id in use");
+    assert!(err.is_conflict() && !err.is_transient(), "{err}");
+    drop(tx);
+    assert_eq!(count(&db, "SELECT count(*) FROM courier.outbox").await, 1);
     Ok(())
 }
 

@@ -37,8 +37,8 @@ impl AppendError {
         matches!(self, AppendError::Db(e) if e.is_transient())
     }
 
-    /// The row already exists (same event id, or same aggregate version committed before):
-    /// an optimistic-concurrency conflict for the caller.
+    /// The row already exists (the same aggregate version committed before, or the same event
+    /// id still unpublished): an optimistic-concurrency conflict for the caller.
     pub fn is_conflict(&self) -> bool {
         matches!(self, AppendError::Db(DbError::Query { error, .. })
             if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION))
