@@ -777,7 +777,7 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
 
     // A version already committed is a conflict the caller can map to 409.
     let tx = conn.transaction().await?;
-    outbox.append(&tx, event("valid.topic", "a", 1)).await?;
+    let first = outbox.append(&tx, event("valid.topic", "a", 1)).await?;
     tx.commit().await?;
     let tx = conn.transaction().await?;
     let err = outbox
@@ -790,17 +790,8 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
 
     // An event id is unique among unpublished rows (0014_unique_ids_among_unpublished.sql):
     // the same id on another aggregate is a conflict while the first is waiting.
-    let first_id: uuid::Uuid = db
-        .client()
-        .await?
-        .query_one(
-            "SELECT id FROM courier.outbox WHERE aggregate_id = 'a'",
-            &[],
-        )
-        .await?
-        .get(0);
     let mut same_id = event("valid.topic", "b", 1);
-    same_id.event_id = first_id;
+    same_id.event_id = first.event_id;
     let tx = conn.transaction().await?;
     let err = outbox
         .append(&tx, same_id)
