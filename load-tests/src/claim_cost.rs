@@ -209,9 +209,9 @@ async fn drain(
             if rows.is_empty() {
                 continue;
             }
-            let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+            let addresses: Vec<_> = rows.iter().map(|r| r.address).collect();
             let started = Instant::now();
-            spent.rows += store.mark_published(&seqs, token).await?;
+            spent.rows += store.mark_published(&addresses, token).await?;
             spent.mark += started.elapsed();
             still_busy.push(shard);
         }

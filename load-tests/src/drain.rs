@@ -608,8 +608,8 @@ async fn raw_claim_then_mark(
         let store = store.clone();
         async move {
             let rows = store.claim(shard, token, lease, batch).await?;
-            let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-            Ok(store.mark_published(&seqs, token).await?)
+            let addresses: Vec<_> = rows.iter().map(|r| r.address).collect();
+            Ok(store.mark_published(&addresses, token).await?)
         }
     };
     let what = "PostgreSQL claim, then mark (the relay's statements)";

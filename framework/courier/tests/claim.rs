@@ -130,6 +130,72 @@ async fn the_owners_own_claims_do_not_hold_back_its_next_claim() -> anyhow::Resu
     Ok(())
 }
 
+/// Each row's key version that must be out before it (`prev_version`, which its key
+/// publisher's frontier follows): the closest earlier version still unpublished, in the same
+/// claim or an earlier one; none for version 1, and none once the earlier ones are published.
+#[tokio::test]
+async fn a_claimed_row_names_its_keys_closest_earlier_unpublished_version() -> anyhow::Result<()> {
+    // b starts at 3 and c at 2: their earlier versions were published and deleted long ago.
+    let s = setup(&[("a", 1), ("a", 2), ("b", 3), ("c", 2), ("a", 3), ("a", 4)]).await?;
+    let token = Uuid::new_v4();
+    let prev = |rows: &[ClaimedRow]| -> Vec<(String, i64, Option<i64>)> {
+        rows.iter()
+            .map(|r| (r.aggregate_id.clone(), r.version, r.prev_version))
+            .collect()
+    };
+
+    let first = s.store.claim(SHARD, token, LEASE, 4).await?;
+    assert_eq!(
+        prev(&first),
+        vec![
+            ("a".to_string(), 1, None),
+            ("a".to_string(), 2, Some(1)),
+            ("b".to_string(), 3, None),
+            ("c".to_string(), 2, None),
+        ]
+    );
+
+    // a@1 is published, a@2 still out: a@3 goes right behind a@2, a@4 behind a@3.
+    assert_eq!(s.store.mark_published(&[first[0].address], token).await?, 1);
+    let second = s.store.claim(SHARD, token, LEASE, 10).await?;
+    assert_eq!(
+        prev(&second),
+        vec![("a".to_string(), 3, Some(2)), ("a".to_string(), 4, Some(3))]
+    );
+    Ok(())
+}
+
+/// The mark finds a row at the address its claim returned, and only there: a row that moved
+/// since (given back and claimed again) is not marked through its old address.
+#[tokio::test]
+async fn a_mark_finds_only_the_row_version_its_claim_left() -> anyhow::Result<()> {
+    let s = setup(&[("a", 1), ("b", 1)]).await?;
+    let token = Uuid::new_v4();
+    let first = s.store.claim(SHARD, token, LEASE, 10).await?;
+    assert_eq!(keys(&first), owned(&[("a", 1), ("b", 1)]));
+    let (a_then, b) = (first[0].address, first[1].address);
+
+    s.store.release(&[first[0].seq], token).await?;
+    assert_eq!(
+        s.store.mark_published(&[a_then, b], token).await?,
+        1,
+        "only b is still where its claim left it"
+    );
+    let again = s.store.claim(SHARD, token, LEASE, 10).await?;
+    assert_eq!(keys(&again), owned(&[("a", 1)]));
+    assert_ne!(again[0].address, a_then);
+    assert_eq!(s.store.mark_published(&[a_then], token).await?, 0);
+    assert_eq!(
+        s.store
+            .mark_published(&[again[0].address], Uuid::new_v4())
+            .await?,
+        0,
+        "another token marks nothing"
+    );
+    assert_eq!(s.store.mark_published(&[again[0].address], token).await?, 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_row_waiting_for_its_retry_or_dead_holds_back_its_key_only() -> anyhow::Result<()> {
     let s = setup(&[("a", 1), ("a", 2), ("b", 1), ("b", 2), ("c", 1)]).await?;

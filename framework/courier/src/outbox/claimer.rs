@@ -285,6 +285,7 @@ impl Claimer {
                 r.seq,
                 RowMeta {
                     key,
+                    address: r.address,
                     event_id: r.event_id,
                     attempts: r.publish_attempts,
                 },

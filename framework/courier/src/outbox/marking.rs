@@ -4,6 +4,7 @@
 use crate::backoff::Backoff;
 use crate::config::RelayConfig;
 use crate::outbox::publisher::{FailureKind, PublishOutcome, PublisherKey, Publishers};
+use crate::outbox::row_address::RowAddress;
 use crate::outbox::store::{FailedRow, OutboxStore};
 use chrono::Utc;
 use std::collections::HashMap;
@@ -23,6 +24,8 @@ const BROKER_RETRY_CAP: Duration = Duration::from_secs(5);
 /// What the claimer remembers of a row until it is marked.
 pub(super) struct RowMeta {
     pub key: PublisherKey,
+    /// Where the claim left the row, for the mark.
+    pub address: RowAddress,
     /// For logs: which event a failure concerns.
     pub event_id: Uuid,
     /// Attempts before this claim.
@@ -48,7 +51,12 @@ impl Marking {
         let mut not_tried = Vec::new();
         for outcome in outcomes {
             match outcome {
-                PublishOutcome::Published { seq, .. } => published.push(seq),
+                PublishOutcome::Published { seq, .. } => {
+                    // Every outcome is of a row this claimer dispatched and remembers.
+                    if let Some(row) = self.rows.get(&seq) {
+                        published.push(row.address);
+                    }
+                }
                 PublishOutcome::Failed { seq, error, kind } => failed.push((seq, error, kind)),
                 PublishOutcome::NotTried { seq } => not_tried.push(seq),
             }

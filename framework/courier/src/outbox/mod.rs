@@ -8,7 +8,8 @@
 //!   [`marking`] writes the claimer's outcomes and [`scan_from`] says where its claims start
 //!   looking; [`publish_limit`] is the congestion control they share; [`topic_clients`] the
 //!   Pub/Sub clients the publishers use.
-//! - [`store`]: the relay's SQL (`queries/*.sql`); [`shard`]: shard hashing.
+//! - [`store`]: the relay's SQL (`queries/*.sql`), which marks rows at their
+//!   [`row_address`]; [`shard`]: shard hashing.
 
 pub mod append;
 pub mod attributes;
@@ -20,6 +21,7 @@ pub mod operator;
 pub mod publish_limit;
 pub mod publisher;
 pub mod relay;
+pub mod row_address;
 mod scan_from;
 pub mod shard;
 pub mod shard_owner;

@@ -3,6 +3,7 @@
 
 use crate::db::{render, DbError, PgPool, PooledClient};
 use crate::outbox::publish_limit::LimitSnapshot;
+use crate::outbox::row_address::RowAddress;
 use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,8 @@ const CLAIM_WINDOW_FACTOR: i64 = 4;
 #[derive(Debug, Clone)]
 pub struct ClaimedRow {
     pub seq: i64,
+    /// Where the claim left the row, for its mark.
+    pub address: RowAddress,
     pub event_id: Uuid,
     pub topic: String,
     pub aggregate_type: String,
@@ -42,6 +45,7 @@ impl ClaimedRow {
     pub(crate) fn for_test(seq: i64, key: &str, version: i64) -> Self {
         Self {
             seq,
+            address: RowAddress::default(),
             event_id: Uuid::new_v4(),
             topic: "t.events".into(),
             aggregate_type: "a".into(),
@@ -212,6 +216,7 @@ impl OutboxStore {
             .into_iter()
             .map(|row| ClaimedRow {
                 seq: row.get(0),
+                address: row.get(15),
                 event_id: row.get(1),
                 topic: row.get(2),
                 aggregate_type: row.get(3),
@@ -244,15 +249,20 @@ impl OutboxStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Marks `seqs` published; returns how many rows `token` still owned.
-    pub async fn mark_published(&self, seqs: &[i64], token: Uuid) -> Result<u64, DbError> {
-        if seqs.is_empty() {
+    /// Marks the rows claimed at `addresses` published; returns how many rows `token` still
+    /// owned.
+    pub async fn mark_published(
+        &self,
+        addresses: &[RowAddress],
+        token: Uuid,
+    ) -> Result<u64, DbError> {
+        if addresses.is_empty() {
             return Ok(0);
         }
-        let context = format!("mark {} rows published", seqs.len());
+        let context = format!("mark {} rows published", addresses.len());
         let (conn, mark_published) = self.conn_prepared(&self.mark_published, &context).await?;
         let marked = conn
-            .execute(&mark_published, &[&seqs, &token])
+            .execute(&mark_published, &[&addresses, &token])
             .await
             .map_err(DbError::query(context))?;
         self.published.fetch_add(marked, Ordering::Relaxed);

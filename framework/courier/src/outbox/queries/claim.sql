@@ -30,9 +30,16 @@
 --   taken: each comes with `prev_version`, its key's closest earlier version unpublished now,
 --   and its key publisher hands it to Pub/Sub only right behind that version, giving it back
 --   untried otherwise (publisher/frontier.rs).
--- Lookups by seq say `published_at IS NULL` (true of every claimed row) so they can use
--- outbox_unpublished_seq, the handle index that holds no history. No index names lock_token or
--- locked_at, so the claim's UPDATE is a HOT update (0008_hot_claims.sql).
+-- Candidates are locked and updated by ctid, the address they were read at, not looked up
+-- again by seq in outbox_unpublished_seq (two hash probes a row, ~1 µs each in a SQL loop of
+-- the relay's statements). A candidate updated after it was read is followed to its newest
+-- version by the lock (`published_at IS NULL` rechecked there); the UPDATE then finds no row
+-- at the address it read and leaves that row unclaimed, for a later claim. No index names
+-- lock_token or locked_at, so the claim's UPDATE is a HOT update (0008_hot_claims.sql).
+--
+-- prev_version is NULL without a probe for version 1, which no version can precede (versions
+-- start at 1): the first event of every new aggregate (a fresh UUID per entity) costs no
+-- index lookup (~2 µs a row in that loop).
 WITH changed AS (
     -- When the shard's claim token changes, the shard is contested until the last live claim
     -- of any other token ends (found by one scan of the shard's unpublished rows, only then).
@@ -59,10 +66,10 @@ WITH changed AS (
                      AND p.published_at IS NULL
                      AND (p.dead_at IS NOT NULL OR p.next_retry_at IS NOT NULL)) AS present
 ), candidates AS (
-    SELECT c.seq, c.aggregate_id, c.version
+    SELECT c.ctid, c.seq, c.aggregate_id, c.version
     FROM ((
         -- Never failed (or given a fresh start by an operator), from seq $6 on.
-        SELECT o.seq, o.aggregate_id, o.version
+        SELECT o.ctid, o.seq, o.aggregate_id, o.version
         FROM {schema}.outbox o
         WHERE o.shard = $1
           AND o.seq >= $6
@@ -85,7 +92,7 @@ WITH changed AS (
         LIMIT $5
     ) UNION ALL (
         -- Failed, and its retry is due.
-        SELECT o.seq, o.aggregate_id, o.version
+        SELECT o.ctid, o.seq, o.aggregate_id, o.version
         FROM {schema}.outbox o
         WHERE o.shard = $1
           AND o.published_at IS NULL
@@ -109,9 +116,9 @@ WITH changed AS (
     ORDER BY c.seq
     LIMIT $5
 ), claimable AS (
-    SELECT o.seq
+    SELECT o.ctid
     FROM {schema}.outbox o
-    JOIN candidates c ON c.seq = o.seq AND o.published_at IS NULL
+    JOIN candidates c ON c.ctid = o.ctid AND o.published_at IS NULL
     -- An OR, not a plain NOT EXISTS: PostgreSQL then runs the probe per candidate only when
     -- the shard is contested (an anti join would scan for it every time).
     WHERE NOT (SELECT contested FROM owner)
@@ -123,7 +130,7 @@ WITH changed AS (
             AND e.published_at IS NULL
             AND e.lock_token <> $2
             AND e.locked_at >= now() - make_interval(secs => $3))
-    ORDER BY o.seq
+    ORDER BY c.seq
     LIMIT $4
     FOR UPDATE OF o SKIP LOCKED
 )
@@ -134,14 +141,18 @@ FROM claimable c,
      -- (outbox/scan_from.rs uses it to know when rows it passed over have committed).
      (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin, pg_snapshot_xmax(s)::text::bigint AS xmax
       FROM pg_current_snapshot() s) snapshot
-WHERE o.seq = c.seq AND o.published_at IS NULL
+WHERE o.ctid = c.ctid AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
           o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts,
-          (SELECT max(e.version)
-           FROM {schema}.outbox e
-           WHERE e.shard = o.shard
-             AND e.aggregate_id = o.aggregate_id
-             AND e.version < o.version
-             AND e.published_at IS NULL
-             AND e.topic = o.topic) AS prev_version,
-          snapshot.xmin, snapshot.xmax
+          CASE WHEN o.version = 1 THEN NULL
+               ELSE (SELECT max(e.version)
+                     FROM {schema}.outbox e
+                     WHERE e.shard = o.shard
+                       AND e.aggregate_id = o.aggregate_id
+                       AND e.version < o.version
+                       AND e.published_at IS NULL
+                       AND e.topic = o.topic)
+          END AS prev_version,
+          snapshot.xmin, snapshot.xmax,
+          -- Where this UPDATE left the row: its mark finds it there (outbox/row_address.rs).
+          o.ctid

@@ -1,5 +1,6 @@
--- Marks rows published. The lock token guard makes a stale owner's mark a no-op;
--- `published_at IS NULL` (true of every claimed row) lets it use outbox_unpublished_seq.
+-- Marks rows published, found at the addresses their claim left them at
+-- (outbox/row_address.rs). The lock token guard makes a stale owner's mark a no-op, and with
+-- `published_at IS NULL` makes a reused address match nothing.
 UPDATE {schema}.outbox
 SET published_at = now(),
     publish_attempts = publish_attempts + 1,
@@ -7,4 +8,4 @@ SET published_at = now(),
     locked_at = NULL,
     next_retry_at = NULL,
     last_error = NULL
-WHERE seq = ANY($1::bigint[]) AND lock_token = $2 AND published_at IS NULL
+WHERE ctid = ANY($1::tid[]) AND lock_token = $2 AND published_at IS NULL
