@@ -72,6 +72,19 @@ pub async fn publish_bounded(
     in_flight: usize,
     what: &str,
 ) -> anyhow::Result<u64> {
+    publish_bounded_with(|m| publisher.publish(m), messages, len, in_flight, what).await
+}
+
+/// [`publish_bounded`], each message handed to `publish`.
+pub async fn publish_bounded_with(
+    mut publish: impl FnMut(
+        google_cloud_pubsub::model::Message,
+    ) -> google_cloud_pubsub::publisher::PublishFuture,
+    messages: impl IntoIterator<Item = google_cloud_pubsub::model::Message>,
+    len: u64,
+    in_flight: usize,
+    what: &str,
+) -> anyhow::Result<u64> {
     use futures::stream::{FuturesUnordered, StreamExt};
     let bar = progress(len, what);
     let mut pending: FuturesUnordered<google_cloud_pubsub::publisher::PublishFuture> =
@@ -85,7 +98,7 @@ pub async fn publish_bounded(
                 bar.inc(1);
             }
         }
-        pending.push(publisher.publish(message));
+        pending.push(publish(message));
     }
     while let Some(result) = pending.next().await {
         result.with_context(|| format!("{what}: publish"))?;
