@@ -31,11 +31,13 @@
 --   and its key publisher hands it to Pub/Sub only right behind that version, giving it back
 --   untried otherwise (publisher/frontier.rs).
 -- Candidates are locked and updated by ctid, the address they were read at, not looked up
--- again by seq in outbox_unpublished_seq (two hash probes a row, ~1 µs each in a SQL loop of
--- the relay's statements). A candidate updated after it was read is followed to its newest
--- version by the lock (`published_at IS NULL` rechecked there); the UPDATE then finds no row
--- at the address it read and leaves that row unclaimed, for a later claim. No index names
--- lock_token or locked_at, so the claim's UPDATE is a HOT update (0008_hot_claims.sql).
+-- again by seq in outbox_unpublished_seq (two hash probes a row, ~1.2 µs together in a SQL
+-- loop of the relay's statements). A candidate updated after it was read is followed to its
+-- newest version by the lock (`published_at IS NULL` rechecked there); the UPDATE then claims
+-- that version, or, where its snapshot cannot see it, leaves the row for a later claim. As
+-- with the lookups by seq before, the lock does not recheck the candidates' lease condition.
+-- No index names lock_token or locked_at, so the claim's UPDATE is a HOT update
+-- (0008_hot_claims.sql).
 --
 -- prev_version is NULL without a probe for version 1, which no version can precede (versions
 -- start at 1): the first event of every new aggregate (a fresh UUID per entity) costs no
