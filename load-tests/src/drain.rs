@@ -36,14 +36,14 @@ use crate::report::{Goal, Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::publisher::CLIENT_BATCH_DELAY;
 use courier::outbox::store::OutboxStore;
-use courier::outbox::topic_clients::KEYS_PER_CLIENT;
+use courier::outbox::topic_clients::{TopicClients, KEYS_PER_CLIENT};
 use courier::outbox::{NewEvent, Relay, RelayOptions};
 use courier_testkit::{test_config, TestDb, TestPubSub};
-use google_cloud_pubsub::client::Publisher;
 use google_cloud_pubsub::model::Message;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
 use uuid::Uuid;
 
 #[derive(clap::Args)]
@@ -725,41 +725,34 @@ async fn raw_publish(
     ))
 }
 
-/// The raw publish as a publisher whose memory is bounded must run it with this crate: a new
-/// client (on one connection) every [`KEYS_PER_CLIENT`] messages, each dropped once its last
-/// message is handed over, so the crate's per-key state is built and torn down within the
-/// measurement, as in the relay (`outbox::topic_clients`). A single client, as in
-/// [`raw_publish`], keeps every key's state to the end (~17 KB a key) and frees it after.
-/// Reported beside the ceiling, which stays the single client's.
+/// The raw publish as a publisher whose memory is bounded must run it with this crate: through
+/// the relay's own topic clients (`outbox::topic_clients`), a new client on one connection every
+/// [`KEYS_PER_CLIENT`] keys, each dropped once its last message is handed over, so the crate's
+/// per-key state is built and torn down within the measurement, as in the relay. A single
+/// client, as in [`raw_publish`], keeps every key's state to the end (~17 KB a key) and frees
+/// it after. The relay is held to the faster of the two (see [`Pair::raw_ceiling`]).
 async fn raw_publish_per_generation(
     pubsub: &TestPubSub,
     topic: &str,
     events: &[NewEvent],
     in_flight: usize,
 ) -> anyhow::Result<Rate> {
-    let client = pubsub.client();
-    let base = client.base_publisher().await?;
-    let path = client.topic_path(topic);
-    let mut current: Option<Publisher> = None;
-    let mut handed: u64 = 0;
+    let clients = TopicClients::new(pubsub.client(), Handle::current(), CLIENT_BATCH_DELAY);
+    // Opens the connection before the clock starts; its client serves the first message.
+    let mut first = Some(clients.for_new_key(topic).await?);
     let publish = |message| {
-        if handed.is_multiple_of(u64::from(KEYS_PER_CLIENT)) {
-            current = None;
-        }
-        handed += 1;
-        current
-            .get_or_insert_with(|| {
-                base.publisher(path.clone())
-                    .set_delay_threshold(CLIENT_BATCH_DELAY)
-                    .build()
-            })
-            .publish(message)
+        // Every message is a key of its own, taken as a new key publisher takes its client.
+        let client = first
+            .take()
+            .or_else(|| clients.for_new_key_now(topic))
+            .expect("the connection exists once the first client was made");
+        client.publisher.publish(message)
     };
     let started = Instant::now();
     let total = events.len() as u64;
-    let what = "published (raw, a client per 1,000 keys)";
+    let what = format!("published (raw, a client per {KEYS_PER_CLIENT} keys)");
     let acknowledged =
-        publish_bounded_with(publish, messages(events), total, in_flight, what).await?;
+        publish_bounded_with(publish, messages(events), total, in_flight, &what).await?;
     Ok(Rate::new(
         &format!("emulator raw publish, a new client every {KEYS_PER_CLIENT} keys"),
         acknowledged,
