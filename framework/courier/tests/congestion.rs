@@ -275,3 +275,63 @@ async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyh
     );
     Ok(())
 }
+
+/// Rows claimed while their key's lone row (`publisher/lone_row.rs`: the key's only row out,
+/// published without a key publisher) is out wait for it. When it does not get through (here
+/// the broker is silent past the publish timeout) they are given back untried rather than
+/// handed behind it, its retry goes first, and once the broker answers the key's versions
+/// first arrive in order, each marked once.
+#[tokio::test]
+async fn rows_waiting_behind_a_lone_row_that_times_out_go_back_and_the_key_stays_in_order(
+) -> anyhow::Result<()> {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let s = setup(|c| {
+        // One row per claim: each of the key's rows is claimed while the one before is out.
+        c.relay.claim_batch_size = 1;
+        c.relay.max_in_flight_batches = 8;
+        c.relay.claim_linger_millis = 0;
+        c.relay.publish_timeout_secs = 1;
+        c.relay.retry_base_millis = 200;
+        c.relay.retry_cap_millis = 200;
+    })
+    .await?;
+    let subscription = s.pubsub.subscription(&s.topic).await?;
+    let collector = Collector::start(&s.pubsub, &subscription).await?;
+    let relay = spawn_relay(&s.config)?;
+    let append = |events| async {
+        let mut conn = s.db.pool.get().await?;
+        let tx = conn.transaction().await?;
+        Outbox::new(&s.config).append_all(&tx, events).await?;
+        tx.commit().await?;
+        Ok::<_, anyhow::Error>(())
+    };
+    // The relay's connection first: a row goes out alone only once it exists.
+    append(vec![keyed_event(&s.topic, "warm-up", 1)]).await?;
+    wait_until(
+        Duration::from_secs(30),
+        "the warm-up event published",
+        || async { relay.published() == 1 },
+    )
+    .await?;
+
+    let proxy = s.proxy.clone();
+    let silence = tokio::spawn(async move { proxy.silent_for(Duration::from_secs(2)).await });
+    append((1..=6).map(|v| keyed_event(&s.topic, "solo", v)).collect()).await?;
+    silence.await?;
+    wait_until(Duration::from_secs(30), "the key delivered", || async {
+        relay.published() == 7 && collector.publish_order().get("solo").map(Vec::len) == Some(6)
+    })
+    .await?;
+    assert_eq!(
+        collector.publish_order()["solo"],
+        (1..=6).collect::<Vec<_>>()
+    );
+    // Rows that waited behind a lone row that got through follow it without going back
+    // (`tests/write_side.rs`): these went back because the lone row timed out.
+    assert!(
+        relay.given_back() >= 5,
+        "the rows behind the lone row were not given back: {}",
+        relay.given_back()
+    );
+    Ok(())
+}

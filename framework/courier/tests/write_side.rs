@@ -107,6 +107,17 @@ fn other_keys_arrived(collector: &Collector, prefix: &str, n: usize) -> bool {
     (0..n).all(|i| arrivals.contains_key(&format!("{prefix}-{i}")))
 }
 
+/// Publishes one event and waits until it is delivered and marked: the relay's Pub/Sub
+/// connection exists from then on, and only then does a key's row go out alone (without a key
+/// publisher, `publisher/lone_row.rs`).
+async fn warm_up(s: &Setup) -> anyhow::Result<()> {
+    commit(&s.db, &s.config, other_keys(&s.topic, "warm-up", 1)).await?;
+    wait_until(WAIT, "the warm-up event delivered and marked", || async {
+        other_keys_arrived(&s.collector, "warm-up", 1) && all_published(&s.db).await
+    })
+    .await
+}
+
 /// A publish fault that fails `version` of `key` the first `times` attempts, and the count of
 /// attempts it saw at that row.
 fn failing(
@@ -332,8 +343,11 @@ async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()>
 
     wait_until(
         WAIT,
-        "the held-back key delivered after recovery",
-        || async { s.collector.publish_order().get("stuck").map(Vec::len) == Some(5) },
+        "the held-back key delivered and marked after recovery",
+        || async {
+            s.collector.publish_order().get("stuck").map(Vec::len) == Some(5)
+                && all_published(&s.db).await
+        },
     )
     .await?;
     assert_eq!(s.collector.publish_order()["stuck"], vec![1, 2, 3, 4, 5]);
@@ -401,6 +415,142 @@ async fn a_failure_deep_in_a_key_with_overlapping_batches_keeps_the_key_in_order
     );
     assert_eq!(
         count(&s.db, "SELECT publish_attempts::bigint FROM courier.outbox WHERE aggregate_id = 'deep' AND version = 23").await,
+        3
+    );
+    Ok(())
+}
+
+/// Claims of one row each, so every row of a key is claimed while the row before it is out
+/// or acknowledged and not yet marked. The key has no key publisher at first: its first row
+/// goes out alone (a lone row, `publisher/lone_row.rs`), the rows claimed meanwhile wait for
+/// it, and the rows claimed after its acknowledgement follow it at once. All in order, and
+/// none given back: a key publisher started with nothing out would give each of them back
+/// untried, and the key would crawl through re-claims.
+#[tokio::test]
+async fn rows_claimed_one_at_a_time_follow_a_lone_first_row_in_order_and_none_goes_back(
+) -> anyhow::Result<()> {
+    let s = setup(|c| {
+        c.relay.claim_batch_size = 1;
+        c.relay.max_in_flight_batches = 8;
+        c.relay.claim_linger_millis = 0;
+    })
+    .await?;
+    let relay = spawn(&s.config, options())?;
+    warm_up(&s).await?;
+    let mut events: Vec<NewEvent> = (1..=12).map(|v| event(&s.topic, "solo", v)).collect();
+    events.extend(other_keys(&s.topic, "fresh", 20));
+    commit(&s.db, &s.config, events).await?;
+    wait_until(WAIT, "33 events delivered and marked", || async {
+        s.collector.distinct_event_ids().len() == 33 && all_published(&s.db).await
+    })
+    .await?;
+    assert_eq!(
+        s.collector.publish_order()["solo"],
+        (1..=12).collect::<Vec<_>>()
+    );
+    assert_eq!(relay.given_back(), 0, "rows given back untried");
+    Ok(())
+}
+
+/// A key's row claimed after the row before it was acknowledged, and before that row was
+/// marked (marks are held back here), still names that row as unpublished. It goes out at
+/// once, right behind it, although no key publisher kept the key's frontier (the row before
+/// went out alone); it would otherwise go back untried until the mark.
+#[tokio::test]
+async fn a_row_claimed_behind_an_acknowledged_unmarked_lone_row_goes_out_at_once(
+) -> anyhow::Result<()> {
+    let s = setup(|c| c.relay.claim_linger_millis = 0).await?;
+    let (open_marks, marks_open) = tokio::sync::watch::channel(false);
+    let marks_waiting = Arc::new(AtomicU32::new(0));
+    let waiting = marks_waiting.clone();
+    let before_mark: courier::outbox::claimer::BeforeMark = Arc::new(move |_| {
+        waiting.fetch_add(1, Ordering::SeqCst);
+        let mut open = marks_open.clone();
+        Box::pin(async move {
+            let _ = open.wait_for(|open| *open).await;
+        })
+    });
+    let relay = spawn(
+        &s.config,
+        RelayOptions {
+            before_mark: Some(before_mark),
+            ..options()
+        },
+    )?;
+    open_marks.send_replace(true);
+    warm_up(&s).await?;
+    open_marks.send_replace(false);
+    let marks_before = marks_waiting.load(Ordering::SeqCst);
+
+    commit(&s.db, &s.config, vec![event(&s.topic, "paced", 1)]).await?;
+    wait_until(WAIT, "version 1 acknowledged and its mark held", || async {
+        marks_waiting.load(Ordering::SeqCst) > marks_before
+    })
+    .await?;
+    // A claimer with rows in flight claims again when a mark completes; with the mark held,
+    // a wake-up NOTIFY makes it claim: flag the shards idle so that the append sends one.
+    s.db.pool
+        .get()
+        .await?
+        .execute("UPDATE courier.outbox_shard_state SET idle = true", &[])
+        .await?;
+    commit(&s.db, &s.config, vec![event(&s.topic, "paced", 2)]).await?;
+    wait_until(
+        WAIT,
+        "version 2 delivered while version 1's mark is held",
+        || async { s.collector.publish_order().get("paced").map(Vec::len) == Some(2) },
+    )
+    .await?;
+    open_marks.send_replace(true);
+    wait_until(WAIT, "both marked", || async { all_published(&s.db).await }).await?;
+    assert_eq!(s.collector.publish_order()["paced"], vec![1, 2]);
+    assert_eq!(relay.given_back(), 0, "rows given back untried");
+    Ok(())
+}
+
+/// A lone row whose publish fails spends an attempt, is retried, and its key's later rows
+/// (claimed one at a time, each behind it) follow only its retry. (Rows that waited while a
+/// lone row was out, and then see it fail: `tests/congestion.rs`.)
+#[tokio::test]
+async fn a_failing_lone_row_is_retried_and_its_key_follows_in_order() -> anyhow::Result<()> {
+    let s = setup(|c| {
+        c.relay.claim_batch_size = 1;
+        c.relay.max_in_flight_batches = 8;
+        c.relay.claim_linger_millis = 0;
+        c.relay.retry_base_millis = 200;
+        c.relay.retry_cap_millis = 200;
+    })
+    .await?;
+    let (fault, failures) = failing("solo", 1, 2, "injected: transient");
+    let _relay = spawn(
+        &s.config,
+        RelayOptions {
+            publish_fault: Some(fault),
+            ..options()
+        },
+    )?;
+    warm_up(&s).await?;
+    commit(
+        &s.db,
+        &s.config,
+        (1..=6).map(|v| event(&s.topic, "solo", v)).collect(),
+    )
+    .await?;
+    wait_until(WAIT, "7 events delivered and marked", || async {
+        s.collector.distinct_event_ids().len() == 7 && all_published(&s.db).await
+    })
+    .await?;
+    assert_eq!(
+        s.collector.publish_order()["solo"],
+        (1..=6).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        3,
+        "two injected failures, then success"
+    );
+    assert_eq!(
+        count(&s.db, "SELECT publish_attempts::bigint FROM courier.outbox WHERE aggregate_id = 'solo' AND version = 1").await,
         3
     );
     Ok(())

@@ -84,6 +84,13 @@ pub struct Claimer {
     rows: HashMap<i64, RowMeta>,
     /// Outcomes waiting for the next mark.
     settled: Vec<PublishOutcome>,
+    /// Per key, a version acknowledged and not yet marked, with nothing before it left
+    /// unpublished: a row claimed right behind it may go at once (see
+    /// [`Claimer::acked_right_before`]).
+    acked: HashMap<PublisherKey, i64>,
+    /// Entries of `acked` whose rows were marked while a claim ran: that claim may still name
+    /// them as unpublished, so they go once its rows are dispatched.
+    forget_after_claim: Vec<(PublisherKey, i64)>,
     /// Where each key's outcomes arrive (see [`Claimer::dispatch`]); replaced on restart, so
     /// outcomes of an earlier incarnation's rows are dropped with its stream.
     outcomes: mpsc::UnboundedSender<Vec<PublishOutcome>>,
@@ -124,6 +131,8 @@ impl Claimer {
             scan_from: ScanFrom::start(),
             rows: HashMap::new(),
             settled: Vec::new(),
+            acked: HashMap::new(),
+            forget_after_claim: Vec::new(),
             // Replaced by `started` before the first claim.
             outcomes: mpsc::unbounded().0,
             marking: false,
@@ -207,6 +216,9 @@ impl Claimer {
                             ctx.stop();
                         }
                     }
+                    for (key, version) in std::mem::take(&mut act.forget_after_claim) {
+                        act.forget_acked(key, version);
+                    }
                 }),
         );
     }
@@ -287,6 +299,8 @@ impl Claimer {
                 r.seq,
                 RowMeta {
                     key,
+                    version: r.version,
+                    prev_version: r.prev_version,
                     address: r.address,
                     event_id: r.event_id,
                     attempts: r.publish_attempts,
@@ -300,13 +314,52 @@ impl Claimer {
         // `max_in_flight_batches × claim_batch_size` bounds.
         for group in group_by_key(rows) {
             let group_permits = permits.split_off(group.len());
-            let outcomes = self.publishers.dispatch(group);
+            let out_to = self.acked_right_before(&group);
+            let outcomes = self.publishers.dispatch(group, out_to);
             let sender = self.outcomes.clone();
             actix::spawn(async move {
                 let outcomes = outcomes.await;
                 drop(group_permits);
                 let _ = sender.unbounded_send(outcomes);
             });
+        }
+    }
+
+    /// The version a group's first row comes right behind, if it is known to be out with
+    /// nothing before it unpublished: acknowledged and not marked yet, so the claim still
+    /// named it as unpublished. Without this, a row claimed between its key's previous row's
+    /// acknowledgement and that row's mark would go back untried, when that row was published
+    /// alone (without a key publisher keeping the key's frontier).
+    fn acked_right_before(&self, group: &[ClaimedRow]) -> Option<i64> {
+        let first = group.first()?;
+        let prev = first.prev_version?;
+        let key = PublisherKey {
+            topic: first.topic.clone(),
+            ordering_key: first.aggregate_id.clone(),
+        };
+        self.acked.get(&key).copied().filter(|&acked| acked == prev)
+    }
+
+    /// Remembers a published row in `acked` if nothing before it is left unpublished: it had
+    /// nothing unpublished before it when claimed, or it came right behind the key's entry.
+    fn note_acked(&mut self, seq: i64) {
+        let Some(meta) = self.rows.get(&seq) else {
+            return;
+        };
+        match (self.acked.get_mut(&meta.key), meta.prev_version) {
+            (Some(acked), Some(prev)) if *acked == prev => *acked = meta.version,
+            (Some(acked), None) => *acked = (*acked).max(meta.version),
+            (None, None) => {
+                self.acked.insert(meta.key.clone(), meta.version);
+            }
+            _ => {}
+        }
+    }
+
+    /// Drops `key`'s entry in `acked` if it is still `version` (which is now marked).
+    fn forget_acked(&mut self, key: PublisherKey, version: i64) {
+        if self.acked.get(&key) == Some(&version) {
+            self.acked.remove(&key);
         }
     }
 
@@ -366,12 +419,19 @@ impl Claimer {
                     mark_ms = started.elapsed().as_millis() as u64,
                     "marked"
                 );
-                result
+                (result, batch.rows)
             }
             .into_actor(self)
-            .map(move |result, act, ctx| {
+            .map(move |(result, marked), act, ctx| {
                 act.marking = false;
                 act.in_flight -= count;
+                for meta in marked.into_values() {
+                    if act.claiming {
+                        act.forget_after_claim.push((meta.key, meta.version));
+                    } else {
+                        act.forget_acked(meta.key, meta.version);
+                    }
+                }
                 if gave_back {
                     // Once marked they are claimable again, below where claims look.
                     act.scan_from.rewind();
@@ -441,6 +501,8 @@ impl Actor for Claimer {
         self.scan_from = ScanFrom::start();
         self.rows.clear();
         self.settled.clear();
+        self.acked.clear();
+        self.forget_after_claim.clear();
         let (sender, receiver) = mpsc::unbounded();
         self.outcomes = sender;
         ctx.add_stream(receiver);
@@ -465,6 +527,11 @@ impl Supervised for Claimer {
 
 impl StreamHandler<Vec<PublishOutcome>> for Claimer {
     fn handle(&mut self, outcomes: Vec<PublishOutcome>, ctx: &mut Self::Context) {
+        for outcome in &outcomes {
+            if let PublishOutcome::Published { seq, .. } = outcome {
+                self.note_acked(*seq);
+            }
+        }
         self.settled.extend(outcomes);
         self.mark(ctx);
     }

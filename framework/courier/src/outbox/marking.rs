@@ -24,6 +24,9 @@ const BROKER_RETRY_CAP: Duration = Duration::from_secs(5);
 /// What the claimer remembers of a row until it is marked.
 pub(super) struct RowMeta {
     pub key: PublisherKey,
+    pub version: i64,
+    /// Its key's closest earlier version unpublished at claim time.
+    pub prev_version: Option<i64>,
     /// Where the claim left the row, for the mark.
     pub address: RowAddress,
     /// For logs: which event a failure concerns.

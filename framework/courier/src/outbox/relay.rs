@@ -165,7 +165,13 @@ impl RelayHandle {
         self.store.published_total()
     }
 
-    /// Per-key publishers alive now, and topic clients alive now (each holds the crate's
+    /// Rows this relay gave back untried since it started: claimed behind an earlier row of
+    /// their key that had not gone out (it failed, or went out on no key publisher's watch).
+    pub fn given_back(&self) -> u64 {
+        self.store.given_back_total()
+    }
+
+    /// Per-key publishers alive (and lone rows out) now, and topic clients alive now (each holds the crate's
     /// per-key state of the keys it served): bounded by what is in flight, not by the keys
     /// ever published.
     pub fn live_publishers(&self) -> (usize, usize) {

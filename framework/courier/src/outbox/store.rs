@@ -107,6 +107,8 @@ pub struct OutboxStore {
     backlog: String,
     /// Rows this store marked published (a relay's progress, read without a query).
     published: AtomicU64,
+    /// Rows this store gave back untried (held back behind an earlier row of their key).
+    given_back: AtomicU64,
 }
 
 /// Gauges read from the outbox table.
@@ -133,6 +135,7 @@ impl OutboxStore {
             deregister: render(include_str!("queries/deregister.sql"), schema),
             backlog: render(include_str!("queries/backlog.sql"), schema),
             published: AtomicU64::new(0),
+            given_back: AtomicU64::new(0),
         }
     }
 
@@ -301,9 +304,17 @@ impl OutboxStore {
         }
         let context = format!("release {} rows", seqs.len());
         let (conn, release) = self.conn_prepared(&self.release, &context).await?;
-        conn.execute(&release, &[&seqs, &token])
+        let released = conn
+            .execute(&release, &[&seqs, &token])
             .await
-            .map_err(DbError::query(context))
+            .map_err(DbError::query(context))?;
+        self.given_back.fetch_add(released, Ordering::Relaxed);
+        Ok(released)
+    }
+
+    /// Rows given back untried through this store so far.
+    pub fn given_back_total(&self) -> u64 {
+        self.given_back.load(Ordering::Relaxed)
     }
 
     /// Sets shard `shard`'s idle flag (only writes when it changes).

@@ -22,6 +22,11 @@ pub struct Frontier {
 }
 
 impl Frontier {
+    /// A frontier with `version` out (none: nothing out).
+    pub fn out_to(version: Option<i64>) -> Self {
+        Self { out_to: version }
+    }
+
     /// Whether a row whose key's closest earlier unpublished version (at claim time) is `prev`
     /// may be handed now: that version must be out already, or not exist.
     pub fn admits(&self, prev: Option<i64>) -> bool {

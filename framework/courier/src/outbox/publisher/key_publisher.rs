@@ -6,14 +6,14 @@
 //! next row it admits. Acknowledgements and broker failures are reported to the relay's publish limit.
 
 use super::frontier::Frontier;
-use super::{message_for, FailureKind, PublishOutcome, PublisherKey, PublisherSettings};
+use super::handed::{judge, Handed, Settled, Verdict};
+use super::{FailureKind, PublishOutcome, PublisherKey, PublisherSettings};
 use crate::keyed_actors::{KeyedActors, Queued};
 use crate::outbox::store::ClaimedRow;
 use crate::outbox::topic_clients::{TopicClient, TopicClients};
-use crate::pubsub::{is_broker_side, is_transient_rpc, PubSubError};
+use crate::pubsub::PubSubError;
 use actix::prelude::*;
 use google_cloud_pubsub::client::Publisher;
-use google_cloud_pubsub::error::PublishError;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
@@ -79,6 +79,7 @@ impl KeyPublisher {
         settings: PublisherSettings,
         registry: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
         queued: Arc<Queued>,
+        frontier: Frontier,
     ) -> Self {
         Self {
             key,
@@ -90,7 +91,7 @@ impl KeyPublisher {
             waiting: VecDeque::new(),
             connecting: false,
             in_flight: 0,
-            frontier: Frontier::default(),
+            frontier,
             paused: false,
             last_active: Instant::now(),
             idle_check: false,
@@ -204,10 +205,7 @@ impl KeyPublisher {
                 client.resume_publish(self.key.ordering_key.clone());
                 self.paused = false;
             }
-            handed.push(Handed::Sent(
-                Box::pin(client.publish(message_for(row))),
-                publish_span(row),
-            ));
+            handed.push(Handed::send(client, row));
         }
         self.in_flight += 1;
         let started = Instant::now();
@@ -218,21 +216,7 @@ impl KeyPublisher {
             async move {
                 let mut results = Vec::with_capacity(handed.len());
                 for item in handed {
-                    results.push(match item {
-                        Handed::Sent(future, span) => {
-                            let result = match tokio::time::timeout_at(deadline, future).await {
-                                Ok(Ok(id)) => Settled::Acked(id),
-                                Ok(Err(e)) => Settled::Error(e),
-                                Err(_) => Settled::TimedOut,
-                            };
-                            if let (Some(span), Settled::Acked(id)) = (&span, &result) {
-                                span.record("message_id", id.as_str());
-                            }
-                            result
-                        }
-                        Handed::Injected(error) => Settled::Injected(error),
-                        Handed::NotTried => Settled::NotTried,
-                    });
+                    results.push(item.settle(deadline).await);
                 }
                 results
             }
@@ -256,7 +240,6 @@ impl KeyPublisher {
         results: Vec<Settled>,
         started: Instant,
     ) -> Vec<PublishOutcome> {
-        let key = self.key.ordering_key.clone();
         // The rows were awaited together: one latency for the batch.
         let latency = started.elapsed();
         let mut outcomes = Vec::with_capacity(rows.len());
@@ -265,54 +248,31 @@ impl KeyPublisher {
             let seq = row.seq;
             // Behind a failure of this batch, or (a handed row the frontier no longer covers)
             // of an earlier batch that settled first.
-            let handed = matches!(result, Settled::Error(_) | Settled::TimedOut);
-            let behind_failure = failed || (handed && !self.frontier.covers(row.version));
-            let failure = match result {
-                Settled::Acked(message_id) => {
-                    self.settings.limit.on_acked(latency);
-                    metrics::counter!(crate::metrics::OUTBOX_PUBLISH_SUCCESS_TOTAL).increment(1);
-                    metrics::histogram!(crate::metrics::OUTBOX_PUBLISH_LATENCY)
-                        .record(latency.as_secs_f64());
+            let behind_failure =
+                failed || (result.failed_out() && !self.frontier.covers(row.version));
+            match judge(&self.settings, &self.key.ordering_key, result, latency) {
+                Verdict::Published(message_id) => {
                     outcomes.push(PublishOutcome::Published { seq, message_id });
-                    continue;
                 }
-                Settled::NotTried => {
+                Verdict::NotTried { paused } => {
+                    self.paused |= paused;
                     outcomes.push(PublishOutcome::NotTried { seq });
-                    continue;
                 }
-                Settled::Error(PublishError::OrderingKeyPaused) => {
-                    self.paused = true;
+                Verdict::Failed { paused, .. } if behind_failure => {
+                    self.paused |= paused;
                     outcomes.push(PublishOutcome::NotTried { seq });
-                    continue;
                 }
-                Settled::Error(e) => {
-                    self.paused = true;
-                    (
-                        format!("publish to ordering key {key} failed: {e}"),
-                        publish_failure_kind(&e),
-                    )
+                Verdict::Failed {
+                    error,
+                    kind,
+                    paused,
+                } => {
+                    self.paused |= paused;
+                    failed = true;
+                    metrics::counter!(crate::metrics::OUTBOX_PUBLISH_ERROR_TOTAL).increment(1);
+                    outcomes.push(PublishOutcome::Failed { seq, error, kind });
                 }
-                Settled::TimedOut => (
-                    format!(
-                        "publish to ordering key {key} not acknowledged within {:?}",
-                        self.settings.publish_timeout
-                    ),
-                    FailureKind::Broker,
-                ),
-                Settled::Injected(error) => (error, FailureKind::Transient),
-            };
-            if failure.1 == FailureKind::Broker {
-                self.settings.limit.on_broker_failure();
-                metrics::counter!(crate::metrics::OUTBOX_BROKER_FAILURES_TOTAL).increment(1);
             }
-            if behind_failure {
-                outcomes.push(PublishOutcome::NotTried { seq });
-                continue;
-            }
-            failed = true;
-            metrics::counter!(crate::metrics::OUTBOX_PUBLISH_ERROR_TOTAL).increment(1);
-            let (error, kind) = failure;
-            outcomes.push(PublishOutcome::Failed { seq, error, kind });
         }
         let left_behind = rows
             .iter()
@@ -325,47 +285,6 @@ impl KeyPublisher {
     }
 }
 
-/// The span of a row's publish, for a row written in a trace (its `traceparent`): a span of
-/// its own, linked to the write's, from the hand-over until the acknowledgement. Rows written
-/// outside a trace get none, so untraced writers (the load harness) pay nothing for it.
-fn publish_span(row: &ClaimedRow) -> Option<tracing::Span> {
-    use opentelemetry::trace::TraceContextExt as _;
-    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-    let traceparent = row.optional_attributes.get("traceparent")?.as_str()?;
-    let write = crate::telemetry::extract_context(|name| {
-        (name == "traceparent").then(|| traceparent.to_string())
-    });
-    let span = tracing::info_span!(
-        "outbox.publish",
-        event_id = %row.event_id,
-        ordering_key = %row.aggregate_id,
-        topic = %row.topic,
-        version = row.version,
-        message_id = tracing::field::Empty,
-    );
-    span.add_link(write.span().span_context().clone());
-    Some(span)
-}
-
-/// A row as handed to the client (with its publish span, closed when it settles).
-enum Handed {
-    Sent(
-        std::pin::Pin<Box<google_cloud_pubsub::publisher::PublishFuture>>,
-        Option<tracing::Span>,
-    ),
-    Injected(String),
-    NotTried,
-}
-
-/// A handed row's result.
-enum Settled {
-    Acked(String),
-    Error(PublishError),
-    TimedOut,
-    Injected(String),
-    NotTried,
-}
-
 impl Handler<PublishRows> for KeyPublisher {
     type Result = ();
 
@@ -376,18 +295,6 @@ impl Handler<PublishRows> for KeyPublisher {
         // Leaves the actor with work (a batch in flight or waiting for the client): its
         // settling schedules the idle check.
         self.pump(ctx);
-    }
-}
-
-/// Which kind of failure a failed publish is (see [`FailureKind`]).
-fn publish_failure_kind(error: &PublishError) -> FailureKind {
-    match error {
-        PublishError::Rpc(rpc) if is_broker_side(rpc) => FailureKind::Broker,
-        PublishError::Rpc(rpc) if is_transient_rpc(rpc) => FailureKind::Transient,
-        PublishError::Rpc(_) => FailureKind::Permanent,
-        // The client shut down under the row (a paused key is handled before this): not the
-        // row's doing either.
-        _ => FailureKind::Broker,
     }
 }
 

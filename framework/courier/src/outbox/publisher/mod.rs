@@ -7,10 +7,14 @@
 //!
 //! - this module: the registry ([`Publishers`]) and what the claimer and publishers exchange;
 //! - [`key_publisher`]: the actor; [`frontier`]: which rows a key may hand to the client;
+//! - [`lone_row`]: a key's only row, published without an actor;
+//! - [`handed`]: a row handed to the client and what its result means;
 //! - [`message`]: the Pub/Sub message of a row.
 
 pub mod frontier;
+mod handed;
 mod key_publisher;
+mod lone_row;
 pub mod message;
 
 pub use key_publisher::{KeyPublisher, PublishRows};
@@ -22,6 +26,9 @@ use crate::outbox::store::ClaimedRow;
 use crate::outbox::topic_clients::TopicClients;
 use crate::pubsub::PubSub;
 use actix::prelude::*;
+use frontier::Frontier;
+use futures::future::Either;
+use lone_row::LoneRows;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,12 +105,15 @@ pub struct PublisherSettings {
     pub limit: Arc<PublishLimit>,
 }
 
-/// The registry: live key publishers and the topic clients they publish through.
+/// The registry: live key publishers, lone rows out, and the topic clients they publish
+/// through. Cloning it is cheap and shares all of it.
+#[derive(Clone)]
 pub struct Publishers {
     settings: PublisherSettings,
     /// Generations of per-topic clients on one connection (see `topic_clients`).
     clients: Arc<TopicClients>,
     live: Arc<KeyedActors<PublisherKey, KeyPublisher>>,
+    lone: Arc<LoneRows>,
 }
 
 impl Publishers {
@@ -116,33 +126,42 @@ impl Publishers {
                 CLIENT_BATCH_DELAY,
             )),
             live: Arc::new(KeyedActors::new("key_publisher")),
+            lone: Arc::new(LoneRows::default()),
         }
     }
 
     /// Enqueues `rows` — all of one topic and key, in version order — to that key's actor
-    /// now, so calls made in claim order reach the key in claim order. The returned future
-    /// yields their outcomes. Must be called on an actix arbiter.
+    /// now (or publishes them as a lone row), so calls made in claim order reach the key in
+    /// claim order. `out_to`: a version of the key the caller knows is out with nothing
+    /// unpublished before it (acknowledged, not yet marked), which rows right behind it may
+    /// follow when the key has no actor. The returned future yields their outcomes. Must be
+    /// called, and the future polled, on an actix arbiter.
     pub fn dispatch(
         &self,
         rows: Vec<ClaimedRow>,
+        out_to: Option<i64>,
     ) -> impl Future<Output = Vec<PublishOutcome>> + 'static {
-        let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-        let receiver = match rows.first() {
-            Some(first) => {
-                let key = PublisherKey {
-                    topic: first.topic.clone(),
-                    ordering_key: first.aggregate_id.clone(),
-                };
-                self.enqueue(key, rows)
-            }
-            None => None,
+        let Some(first) = rows.first() else {
+            return Either::Left(std::future::ready(Vec::new()));
         };
-        async move {
-            match receiver {
-                Some(receiver) => receiver.await.unwrap_or_else(|_| not_tried(&seqs)),
-                None => not_tried(&seqs),
-            }
+        let key = PublisherKey {
+            topic: first.topic.clone(),
+            ordering_key: first.aggregate_id.clone(),
+        };
+        let frontier = Frontier::out_to(out_to);
+        if let Some(lone) = lone_row::try_publish(self, &key, &rows, frontier) {
+            return Either::Right(Either::Left(lone));
         }
+        let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+        let (reply, receiver) = oneshot::channel();
+        let batch = PublishRows { rows, reply };
+        if let Some(batch) = self.lone.wait_behind(&key, batch) {
+            self.enqueue(&key, batch, frontier);
+        }
+        Either::Right(Either::Right(async move {
+            // Dropped unanswered (a refused batch, a stopped actor): the rows go back untried.
+            receiver.await.unwrap_or_else(|_| not_tried(&seqs))
+        }))
     }
 
     /// The relay's limit on publishes in flight (claimers take permits from it).
@@ -150,9 +169,9 @@ impl Publishers {
         &self.settings.limit
     }
 
-    /// Key publishers alive now.
+    /// Key publishers alive and lone rows out now: the relay's per-key state.
     pub fn live(&self) -> usize {
-        self.live.len()
+        self.live.len() + self.lone.len()
     }
 
     /// Topic clients alive now (see `topic_clients`).
@@ -160,34 +179,33 @@ impl Publishers {
         self.clients.alive()
     }
 
-    fn enqueue(
-        &self,
-        key: PublisherKey,
-        rows: Vec<ClaimedRow>,
-    ) -> Option<oneshot::Receiver<Vec<PublishOutcome>>> {
-        let (reply, receiver) = oneshot::channel();
-        let message = PublishRows { rows, reply };
-        match self.live.send(&key, message, |queued| {
-            self.start_key_publisher(&key, queued)
-        }) {
-            Ok(()) => Some(receiver),
+    /// Hands `batch` to `key`'s actor, starting one with `frontier` if none is live. A
+    /// refused batch is dropped with its reply.
+    fn enqueue(&self, key: &PublisherKey, batch: PublishRows, frontier: Frontier) {
+        let start = |queued| self.start_key_publisher(key, queued, frontier);
+        match self.live.send(key, batch, start) {
+            Ok(()) | Err(Refused::Closed(_)) => {}
             Err(Refused::Full(_)) => {
                 // Cannot happen while claimers respect max_in_flight_batches; if it does,
                 // the rows go back untried rather than out of order.
                 tracing::warn!(ordering_key = %key.ordering_key, "key publisher mailbox full; rows given back");
-                None
             }
-            Err(Refused::Closed(_)) => None,
         }
     }
 
-    fn start_key_publisher(&self, key: &PublisherKey, queued: Arc<Queued>) -> Addr<KeyPublisher> {
+    fn start_key_publisher(
+        &self,
+        key: &PublisherKey,
+        queued: Arc<Queued>,
+        frontier: Frontier,
+    ) -> Addr<KeyPublisher> {
         KeyPublisher::new(
             key.clone(),
             self.clients.clone(),
             self.settings.clone(),
             self.live.clone(),
             queued,
+            frontier,
         )
         .start()
     }
