@@ -107,6 +107,14 @@ fn other_keys_arrived(collector: &Collector, prefix: &str, n: usize) -> bool {
     (0..n).all(|i| arrivals.contains_key(&format!("{prefix}-{i}")))
 }
 
+/// Claims of one row each, several in flight: each of a key's rows is claimed while the row
+/// before it is out (or acknowledged and not yet marked).
+fn claim_one_row_at_a_time(c: &mut CourierConfig) {
+    c.relay.claim_batch_size = 1;
+    c.relay.max_in_flight_batches = 8;
+    c.relay.claim_linger_millis = 0;
+}
+
 /// Publishes one event and waits until it is delivered and marked: the relay's Pub/Sub
 /// connection exists from then on, and only then does a key's row go out alone (without a key
 /// publisher, `publisher/lone_row.rs`).
@@ -420,21 +428,15 @@ async fn a_failure_deep_in_a_key_with_overlapping_batches_keeps_the_key_in_order
     Ok(())
 }
 
-/// Claims of one row each, so every row of a key is claimed while the row before it is out
-/// or acknowledged and not yet marked. The key has no key publisher at first: its first row
-/// goes out alone (a lone row, `publisher/lone_row.rs`), the rows claimed meanwhile wait for
-/// it, and the rows claimed after its acknowledgement follow it at once. All in order, and
-/// none given back: a key publisher started with nothing out would give each of them back
-/// untried, and the key would crawl through re-claims.
+/// Claims of one row each ([`claim_one_row_at_a_time`]). The key has no key publisher at
+/// first: its first row goes out alone (a lone row, `publisher/lone_row.rs`), the rows claimed
+/// meanwhile wait for it, and the rows claimed after its acknowledgement follow it at once.
+/// All in order, and none given back: a key publisher started with nothing out would give
+/// each of them back untried, and the key would crawl through re-claims.
 #[tokio::test]
 async fn rows_claimed_one_at_a_time_follow_a_lone_first_row_in_order_and_none_goes_back(
 ) -> anyhow::Result<()> {
-    let s = setup(|c| {
-        c.relay.claim_batch_size = 1;
-        c.relay.max_in_flight_batches = 8;
-        c.relay.claim_linger_millis = 0;
-    })
-    .await?;
+    let s = setup(claim_one_row_at_a_time).await?;
     let relay = spawn(&s.config, options())?;
     warm_up(&s).await?;
     let mut events: Vec<NewEvent> = (1..=12).map(|v| event(&s.topic, "solo", v)).collect();
@@ -514,9 +516,7 @@ async fn a_row_claimed_behind_an_acknowledged_unmarked_lone_row_goes_out_at_once
 #[tokio::test]
 async fn a_failing_lone_row_is_retried_and_its_key_follows_in_order() -> anyhow::Result<()> {
     let s = setup(|c| {
-        c.relay.claim_batch_size = 1;
-        c.relay.max_in_flight_batches = 8;
-        c.relay.claim_linger_millis = 0;
+        claim_one_row_at_a_time(c);
         c.relay.retry_base_millis = 200;
         c.relay.retry_cap_millis = 200;
     })
