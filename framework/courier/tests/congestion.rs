@@ -46,6 +46,15 @@ async fn setup(tweak: impl FnOnce(&mut CourierConfig)) -> anyhow::Result<Setup> 
     })
 }
 
+/// Appends `events` in one committed transaction.
+async fn commit(s: &Setup, events: Vec<courier::outbox::NewEvent>) -> anyhow::Result<()> {
+    let mut conn = s.db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    Outbox::new(&s.config).append_all(&tx, events).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Appends `per_tick` events every 100 ms across `keys` keys (each key's versions in order)
 /// until `stop`; counts what it committed in `written`.
 struct Writer {
@@ -231,10 +240,7 @@ async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyh
         let events = (0..1_000)
             .map(|i| keyed_event(&s.topic, &format!("key-{i}"), chunk + 1))
             .collect();
-        let mut conn = s.db.pool.get().await?;
-        let tx = conn.transaction().await?;
-        Outbox::new(&s.config).append_all(&tx, events).await?;
-        tx.commit().await?;
+        commit(&s, events).await?;
     }
     let relay = spawn_relay(&s.config)?;
     wait_until(
@@ -298,15 +304,8 @@ async fn rows_waiting_behind_a_lone_row_that_times_out_go_back_and_the_key_stays
     let subscription = s.pubsub.subscription(&s.topic).await?;
     let collector = Collector::start(&s.pubsub, &subscription).await?;
     let relay = spawn_relay(&s.config)?;
-    let append = |events| async {
-        let mut conn = s.db.pool.get().await?;
-        let tx = conn.transaction().await?;
-        Outbox::new(&s.config).append_all(&tx, events).await?;
-        tx.commit().await?;
-        Ok::<_, anyhow::Error>(())
-    };
     // The relay's connection first: a row goes out alone only once it exists.
-    append(vec![keyed_event(&s.topic, "warm-up", 1)]).await?;
+    commit(&s, vec![keyed_event(&s.topic, "warm-up", 1)]).await?;
     wait_until(
         Duration::from_secs(30),
         "the warm-up event published",
@@ -316,7 +315,11 @@ async fn rows_waiting_behind_a_lone_row_that_times_out_go_back_and_the_key_stays
 
     let proxy = s.proxy.clone();
     let silence = tokio::spawn(async move { proxy.silent_for(Duration::from_secs(2)).await });
-    append((1..=6).map(|v| keyed_event(&s.topic, "solo", v)).collect()).await?;
+    commit(
+        &s,
+        (1..=6).map(|v| keyed_event(&s.topic, "solo", v)).collect(),
+    )
+    .await?;
     silence.await?;
     wait_until(Duration::from_secs(30), "the key delivered", || async {
         relay.published() == 7 && collector.publish_order().get("solo").map(Vec::len) == Some(6)

@@ -71,6 +71,14 @@ fn options() -> RelayOptions {
     }
 }
 
+/// [`options`] with `fault` injected into publishes.
+fn with_fault(fault: courier::outbox::publisher::PublishFault) -> RelayOptions {
+    RelayOptions {
+        publish_fault: Some(fault),
+        ..options()
+    }
+}
+
 /// Appends `events` in one committed transaction.
 async fn commit(db: &TestDb, config: &CourierConfig, events: Vec<NewEvent>) -> anyhow::Result<()> {
     let mut conn = db.pool.get().await?;
@@ -309,15 +317,11 @@ async fn a_row_committed_after_later_rows_were_claimed_is_still_published() -> a
 async fn a_failing_first_version_holds_back_its_key_only() -> anyhow::Result<()> {
     let s = setup(|_| {}).await?;
     let (fault, failures) = failing("stuck", 1, 3, "injected: broker unavailable");
-    let config = RelayOptions {
-        publish_fault: Some(fault),
-        ..options()
-    };
     // Retries 1 s apart give time to look at the held-back state.
     let mut relay_config = s.config.clone();
     relay_config.relay.retry_base_millis = 1_000;
     relay_config.relay.retry_cap_millis = 1_000;
-    let _relay = spawn(&relay_config, config)?;
+    let _relay = spawn(&relay_config, with_fault(fault))?;
     commit(
         &s.db,
         &s.config,
@@ -389,13 +393,7 @@ async fn a_failure_deep_in_a_key_with_overlapping_batches_keeps_the_key_in_order
     })
     .await?;
     let (fault, failures) = failing("deep", 23, 2, "injected: transient");
-    let _relay = spawn(
-        &s.config,
-        RelayOptions {
-            publish_fault: Some(fault),
-            ..options()
-        },
-    )?;
+    let _relay = spawn(&s.config, with_fault(fault))?;
     let mut events: Vec<NewEvent> = (1..=60).map(|v| event(&s.topic, "deep", v)).collect();
     for v in 1..=3 {
         events.extend((0..20).map(|k| event(&s.topic, &format!("wide-{k}"), v)));
@@ -522,13 +520,7 @@ async fn a_failing_lone_row_is_retried_and_its_key_follows_in_order() -> anyhow:
     })
     .await?;
     let (fault, failures) = failing("solo", 1, 2, "injected: transient");
-    let _relay = spawn(
-        &s.config,
-        RelayOptions {
-            publish_fault: Some(fault),
-            ..options()
-        },
-    )?;
+    let _relay = spawn(&s.config, with_fault(fault))?;
     warm_up(&s).await?;
     commit(
         &s.db,
@@ -827,13 +819,7 @@ async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() 
         (row.aggregate_id == "doomed").then(|| "injected: always failing".to_string())
     });
     let dead_before = counter("outbox_dead_total", None);
-    let _relay = spawn(
-        &s.config,
-        RelayOptions {
-            publish_fault: Some(fault),
-            ..options()
-        },
-    )?;
+    let _relay = spawn(&s.config, with_fault(fault))?;
     commit(
         &s.db,
         &s.config,

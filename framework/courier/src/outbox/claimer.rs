@@ -333,11 +333,9 @@ impl Claimer {
     fn acked_right_before(&self, group: &[ClaimedRow]) -> Option<i64> {
         let first = group.first()?;
         let prev = first.prev_version?;
-        let key = PublisherKey {
-            topic: first.topic.clone(),
-            ordering_key: first.aggregate_id.clone(),
-        };
-        self.acked.get(&key).copied().filter(|&acked| acked == prev)
+        // The row's key as `dispatch` just remembered it, rather than built again.
+        let key = &self.rows.get(&first.seq)?.key;
+        self.acked.get(key).copied().filter(|&acked| acked == prev)
     }
 
     /// Remembers a published row in `acked` if nothing before it is left unpublished: it had

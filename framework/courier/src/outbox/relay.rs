@@ -171,9 +171,9 @@ impl RelayHandle {
         self.store.given_back_total()
     }
 
-    /// Per-key publishers alive (and lone rows out) now, and topic clients alive now (each holds the crate's
-    /// per-key state of the keys it served): bounded by what is in flight, not by the keys
-    /// ever published.
+    /// Per-key publishers alive (and lone rows out) now, and topic clients alive now (each
+    /// holds the crate's per-key state of the keys it served): bounded by what is in flight,
+    /// not by the keys ever published.
     pub fn live_publishers(&self) -> (usize, usize) {
         (self.publishers.live(), self.publishers.clients_alive())
     }
