@@ -8,6 +8,7 @@
 //! counter at zero. So "hand over" and "leave" exclude each other, and a message that finds a
 //! just-stopped actor (closed mailbox) is handed to a fresh one instead.
 
+use crate::fast_hash::FastHash;
 use actix::prelude::*;
 use dashmap::DashMap;
 use std::hash::Hash;
@@ -71,7 +72,7 @@ pub enum Refused<M> {
 }
 
 pub struct KeyedActors<K, A: Actor> {
-    map: DashMap<K, Live<A>>,
+    map: DashMap<K, Live<A>, FastHash>,
     /// `courier_mailbox_depth{actor=<kind>}`, shared by every key's counter.
     depth: metrics::Gauge,
 }
@@ -80,7 +81,7 @@ impl<K: Eq + Hash + Clone, A: Actor> KeyedActors<K, A> {
     /// `kind` labels the mailbox-depth gauge (`projector`, `key_publisher`).
     pub fn new(kind: &'static str) -> Self {
         Self {
-            map: DashMap::new(),
+            map: DashMap::default(),
             depth: metrics::gauge!(crate::metrics::MAILBOX_DEPTH, "actor" => kind),
         }
     }

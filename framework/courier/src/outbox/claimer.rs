@@ -18,6 +18,7 @@
 //! shard's start picks up whatever a claim may have passed over.
 
 use crate::config::RelayConfig;
+use crate::fast_hash::FastHash;
 use crate::outbox::marking::{Marking, RowMeta};
 use crate::outbox::publish_limit::Permits;
 use crate::outbox::publisher::{PublishOutcome, PublisherKey, Publishers};
@@ -81,13 +82,13 @@ pub struct Claimer {
     /// Where the next claim looks for new rows.
     scan_from: ScanFrom,
     /// Each unmarked row's key, version, and the attempts it had when claimed.
-    rows: HashMap<i64, RowMeta>,
+    rows: HashMap<i64, RowMeta, FastHash>,
     /// Outcomes waiting for the next mark.
     settled: Vec<PublishOutcome>,
     /// Per key, a version acknowledged and not yet marked, with nothing before it left
     /// unpublished: a row claimed right behind it may go at once (see
     /// [`Claimer::acked_right_before`]).
-    acked: HashMap<PublisherKey, i64>,
+    acked: HashMap<PublisherKey, i64, FastHash>,
     /// Entries of `acked` whose rows were marked while a claim ran: that claim may still name
     /// them as unpublished, so they go once its rows are dispatched.
     forget_after_claim: Vec<(PublisherKey, i64)>,
@@ -129,9 +130,9 @@ impl Claimer {
             claiming: false,
             in_flight: 0,
             scan_from: ScanFrom::start(),
-            rows: HashMap::new(),
+            rows: HashMap::default(),
             settled: Vec::new(),
-            acked: HashMap::new(),
+            acked: HashMap::default(),
             forget_after_claim: Vec::new(),
             // Replaced by `started` before the first claim.
             outcomes: mpsc::unbounded().0,
@@ -290,32 +291,28 @@ impl Claimer {
     /// then.
     fn dispatch(&mut self, rows: Vec<ClaimedRow>, mut permits: Permits) {
         self.in_flight += rows.len();
-        for r in &rows {
-            let key = PublisherKey {
-                topic: r.topic.clone(),
-                ordering_key: r.aggregate_id.clone(),
-            };
-            self.rows.insert(
-                r.seq,
-                RowMeta {
-                    key,
-                    version: r.version,
-                    prev_version: r.prev_version,
-                    address: r.address,
-                    event_id: r.event_id,
-                    attempts: r.publish_attempts,
-                },
-            );
-        }
         // Each key's outcomes come back through one stream, not as a future spawned on this
         // context per key: actix polls every future of a context each time the actor wakes,
         // which with a thousand keys in flight cost more CPU than the publishing. The
         // channel is unbounded but holds at most one message per key group in flight, which
         // `max_in_flight_batches × claim_batch_size` bounds.
-        for group in group_by_key(rows) {
+        for (key, group) in group_by_key(rows) {
+            for r in &group {
+                self.rows.insert(
+                    r.seq,
+                    RowMeta {
+                        key: key.clone(),
+                        version: r.version,
+                        prev_version: r.prev_version,
+                        address: r.address,
+                        event_id: r.event_id,
+                        attempts: r.publish_attempts,
+                    },
+                );
+            }
             let group_permits = permits.split_off(group.len());
-            let out_to = self.acked_right_before(&group);
-            let outcomes = self.publishers.dispatch(group, out_to);
+            let out_to = self.acked_right_before(&key, &group);
+            let outcomes = self.publishers.dispatch(key, group, out_to);
             let sender = self.outcomes.clone();
             actix::spawn(async move {
                 let outcomes = outcomes.await;
@@ -330,11 +327,8 @@ impl Claimer {
     /// named it as unpublished. Without this, a row claimed between its key's previous row's
     /// acknowledgement and that row's mark would go back untried, when that row was published
     /// alone (without a key publisher keeping the key's frontier).
-    fn acked_right_before(&self, group: &[ClaimedRow]) -> Option<i64> {
-        let first = group.first()?;
-        let prev = first.prev_version?;
-        // The row's key as `dispatch` just remembered it, rather than built again.
-        let key = &self.rows.get(&first.seq)?.key;
+    fn acked_right_before(&self, key: &PublisherKey, group: &[ClaimedRow]) -> Option<i64> {
+        let prev = group.first()?.prev_version?;
         self.acked.get(key).copied().filter(|&acked| acked == prev)
     }
 
@@ -465,21 +459,27 @@ impl Claimer {
 }
 
 /// Splits a claimed batch into per-(topic, key) groups in version order, keeping the
-/// batch's claim order between groups.
-pub fn group_by_key(rows: Vec<ClaimedRow>) -> Vec<Vec<ClaimedRow>> {
-    let mut index: HashMap<(String, String), usize> = HashMap::new();
-    let mut groups: Vec<Vec<ClaimedRow>> = Vec::new();
-    for row in rows {
-        let key = (row.topic.clone(), row.aggregate_id.clone());
-        match index.get(&key) {
-            Some(&i) => groups[i].push(row),
-            None => {
-                index.insert(key, groups.len());
-                groups.push(vec![row]);
-            }
-        }
+/// batch's claim order between groups; each group's key is built once.
+pub fn group_by_key(rows: Vec<ClaimedRow>) -> Vec<(PublisherKey, Vec<ClaimedRow>)> {
+    let mut groups: Vec<(PublisherKey, Vec<ClaimedRow>)> = Vec::new();
+    // Each row's group, found by the names it borrows from the rows (no key built per row).
+    let group_of: Vec<usize> = {
+        let mut index: HashMap<(&str, &str), usize, FastHash> = HashMap::default();
+        rows.iter()
+            .map(|row| {
+                *index
+                    .entry((row.topic.as_str(), row.aggregate_id.as_str()))
+                    .or_insert_with(|| {
+                        groups.push((PublisherKey::of(row), Vec::new()));
+                        groups.len() - 1
+                    })
+            })
+            .collect()
+    };
+    for (row, group) in rows.into_iter().zip(group_of) {
+        groups[group].1.push(row);
     }
-    for group in &mut groups {
+    for (_, group) in &mut groups {
         group.sort_by_key(|r| r.version);
     }
     groups
@@ -573,7 +573,8 @@ mod tests {
         ]);
         let shape: Vec<Vec<(String, i64)>> = groups
             .iter()
-            .map(|g| {
+            .map(|(key, g)| {
+                assert!(g.iter().all(|r| r.aggregate_id == key.ordering_key));
                 g.iter()
                     .map(|r| (r.aggregate_id.clone(), r.version))
                     .collect()

@@ -3,6 +3,7 @@
 
 use crate::backoff::Backoff;
 use crate::config::RelayConfig;
+use crate::fast_hash::FastHash;
 use crate::outbox::publisher::{FailureKind, PublishOutcome, PublisherKey, Publishers};
 use crate::outbox::row_address::RowAddress;
 use crate::outbox::store::{FailedRow, OutboxStore};
@@ -37,7 +38,7 @@ pub(super) struct RowMeta {
 
 /// One round of marks: the settled rows' metadata and what writing their outcomes needs.
 pub(super) struct Marking {
-    pub rows: HashMap<i64, RowMeta>,
+    pub rows: HashMap<i64, RowMeta, FastHash>,
     pub shard: u32,
     pub token: Uuid,
     pub store: Arc<OutboxStore>,

@@ -14,6 +14,7 @@
 use super::frontier::Frontier;
 use super::handed::{judge, Handed, Verdict};
 use super::{PublishOutcome, PublishRows, PublisherKey, Publishers};
+use crate::fast_hash::FastHash;
 use crate::outbox::store::ClaimedRow;
 use dashmap::DashMap;
 use std::future::Future;
@@ -23,7 +24,7 @@ use std::time::Instant;
 /// one per in-flight batch of its claimer, as a key publisher's mailbox would hold).
 #[derive(Default)]
 pub(super) struct LoneRows {
-    waiting: DashMap<PublisherKey, Vec<PublishRows>>,
+    waiting: DashMap<PublisherKey, Vec<PublishRows>, FastHash>,
 }
 
 impl LoneRows {

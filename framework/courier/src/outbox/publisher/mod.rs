@@ -83,11 +83,39 @@ pub enum FailureKind {
 /// An injected failure for a row, for fault tests: `Some(error)` fails that publish.
 pub type PublishFault = Arc<dyn Fn(&ClaimedRow) -> Option<String> + Send + Sync>;
 
-/// Identifies one publisher actor.
+/// Identifies one publisher actor: a topic and an ordering key. Shared, so the claimer's
+/// bookkeeping, the registry and a key's publisher hold one copy (with a key per row, the
+/// relay copies a key several times per row).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PublisherKey {
+pub struct PublisherKey(Arc<KeyName>);
+
+/// What a [`PublisherKey`] names.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct KeyName {
     pub topic: String,
     pub ordering_key: String,
+}
+
+impl PublisherKey {
+    pub fn new(topic: String, ordering_key: String) -> Self {
+        Self(Arc::new(KeyName {
+            topic,
+            ordering_key,
+        }))
+    }
+
+    /// The key `row` is published under.
+    pub fn of(row: &ClaimedRow) -> Self {
+        Self::new(row.topic.clone(), row.aggregate_id.clone())
+    }
+}
+
+impl std::ops::Deref for PublisherKey {
+    type Target = KeyName;
+
+    fn deref(&self) -> &KeyName {
+        &self.0
+    }
 }
 
 /// Settings every key publisher shares.
@@ -130,24 +158,21 @@ impl Publishers {
         }
     }
 
-    /// Enqueues `rows` — all of one topic and key, in version order — to that key's actor
-    /// now (or publishes them as a lone row), so calls made in claim order reach the key in
-    /// claim order. `out_to`: a version of the key the caller knows is out with nothing
-    /// unpublished before it (acknowledged, not yet marked), which rows right behind it may
-    /// follow when the key has no actor. The returned future yields their outcomes. Must be
-    /// called, and the future polled, on an actix arbiter.
+    /// Enqueues `rows` — all of `key`, in version order — to that key's actor now (or
+    /// publishes them as a lone row), so calls made in claim order reach the key in claim
+    /// order. `out_to`: a version of the key the caller knows is out with nothing unpublished
+    /// before it (acknowledged, not yet marked), which rows right behind it may follow when
+    /// the key has no actor. The returned future yields their outcomes. Must be called, and
+    /// the future polled, on an actix arbiter.
     pub fn dispatch(
         &self,
+        key: PublisherKey,
         rows: Vec<ClaimedRow>,
         out_to: Option<i64>,
     ) -> impl Future<Output = Vec<PublishOutcome>> + 'static {
-        let Some(first) = rows.first() else {
+        if rows.is_empty() {
             return Either::Left(std::future::ready(Vec::new()));
-        };
-        let key = PublisherKey {
-            topic: first.topic.clone(),
-            ordering_key: first.aggregate_id.clone(),
-        };
+        }
         let frontier = Frontier::out_to(out_to);
         if let Some(lone) = lone_row::try_publish(self, &key, &rows, frontier) {
             return Either::Right(Either::Left(lone));
