@@ -8,7 +8,7 @@
 //! - [`inbound`]: the read side: Receiver (StreamingPull) → ProjectorRouter → Projector per
 //!   aggregate; inbox, offsets, dead letters, and the `Projection` trait services implement.
 //! - [`keyed_actors`]: the registry of per-key actors (key publishers, projectors) created on
-//!   demand and passivated when idle; [`fast_hash`]: the hasher of the relay's per-row maps.
+//!   demand and passivated when idle; [`fast_hash`]: the hasher of the per-key and per-row maps.
 //! - [`supervision`]: restart policies (budget within a window, backoff, escalation).
 //! - [`migrate`]: versioned SQL migrations from `migrations/`.
 //! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections (TLS per libpq's `sslmode`,
