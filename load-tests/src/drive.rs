@@ -478,7 +478,18 @@ pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64,
 /// `None` when either tenth has no point or the first mean is not positive (no drift can be
 /// computed against it).
 pub fn first_and_last_tenth(points: &[(f64, f64)], from: f64, to: f64) -> Option<(f64, f64)> {
-    let tenth = (to - from) / 10.0;
+    first_and_last_share(points, from, to, 0.1)
+}
+
+/// The means of the `(t, value)` points in the first and the last `share` of `[from, to]`,
+/// as [`first_and_last_tenth`].
+pub fn first_and_last_share(
+    points: &[(f64, f64)],
+    from: f64,
+    to: f64,
+    share: f64,
+) -> Option<(f64, f64)> {
+    let window = (to - from) * share;
     let mean = |a: f64, b: f64| {
         let values: Vec<f64> = points
             .iter()
@@ -487,8 +498,8 @@ pub fn first_and_last_tenth(points: &[(f64, f64)], from: f64, to: f64) -> Option
             .collect();
         (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
     };
-    let first = mean(from, from + tenth).filter(|v| *v > 0.0)?;
-    Some((first, mean(to - tenth, to)?))
+    let first = mean(from, from + window).filter(|v| *v > 0.0)?;
+    Some((first, mean(to - window, to)?))
 }
 
 #[cfg(test)]
@@ -552,6 +563,22 @@ mod tests {
                 },
             )],
         }
+    }
+
+    #[test]
+    fn halves_read_a_swinging_flat_series_as_flat_and_a_leak_as_growth() {
+        let swinging: Vec<(f64, f64)> = (0..400)
+            .map(|t| (f64::from(t), if t % 40 < 20 { 250.0 } else { 550.0 }))
+            .collect();
+        let (first, last) =
+            first_and_last_share(&swinging, 0.0, 400.0, 0.5).expect("both halves have points");
+        assert!((last / first - 1.0).abs() < 0.01, "{first} → {last}");
+        let leaking: Vec<(f64, f64)> = (0..400)
+            .map(|t| (f64::from(t), 100.0 + f64::from(t)))
+            .collect();
+        let (first, last) =
+            first_and_last_share(&leaking, 0.0, 400.0, 0.5).expect("both halves have points");
+        assert!(last / first - 1.0 > 0.5, "{first} → {last}");
     }
 
     #[test]
