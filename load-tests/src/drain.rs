@@ -17,9 +17,9 @@
 //! bound computed with it is what the relay's design can reach on this machine.
 //!
 //! The raw publish and the relay drain are measured `--pairs` times in alternating order and
-//! the median pair reported (of an even number, the lower middle one): the emulator's pace drifts between minutes by more than the
-//! differences worth measuring. With unique keys (`--keys` ≥ `--events`) the relay is held to
-//! 0.8 of the raw publish, otherwise to 0.7.
+//! the median pair reported (of an even number, the lower middle one): the emulator's pace
+//! drifts between minutes by more than the differences worth measuring. With unique keys
+//! (`--keys` ≥ `--events`) the relay is held to 0.8 of the raw publish, otherwise to 0.7.
 //!
 //! With `--history N` it also drains the same events from an outbox that already holds N
 //! published rows (what the table looks like between retention runs), after the drain of an
@@ -78,8 +78,9 @@ pub struct DrainArgs {
     publish_in_flight: u32,
     /// Raw publishes and relay drains measured in alternating order (raw first, then relay
     /// first, …), each drain on a freshly filled outbox; the pair with the median ratio is
-    /// reported (of an even number, the lower of the middle two). The emulator's and the machine's pace drift by ±10 % between minutes, more than
-    /// a single pair can tell from a change in the relay.
+    /// reported (of an even number, the lower of the middle two). The emulator's and the
+    /// machine's pace drift by ±10 % between minutes, more than a single pair can tell from a
+    /// change in the relay.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
     pairs: u32,
     /// Give up on the relay after this long.
@@ -102,10 +103,11 @@ pub struct DrainArgs {
 
 /// With `--relay-only`, memory is compared after this share of the drain (warm-up).
 const MEMORY_WARM_UP: f64 = 0.2;
-/// ... between the means of these shares of the rest, its first and its last. Halves, not
-/// the soak's tenths: the relay's RSS swings as batches of rows come and go (2,000,000 unique
-/// keys: between 230 and 550 MiB for minutes, no trend), and a tenth of a short drain (4 s of
-/// 200,000 rows) reads a peak or a trough; a leak still shows, at half its size.
+/// With `--relay-only`, drift compares the means of the first and the last of these shares of
+/// the drain after warm-up. Halves, not the soak's tenths: the relay's RSS swings as batches
+/// of rows come and go (2,000,000 unique keys: between 230 and 550 MiB for minutes, no
+/// trend), and a tenth of a short drain (4 s of 200,000 rows) reads a peak or a trough; a
+/// leak still shows, at half its size.
 const MEMORY_WINDOW: f64 = 0.5;
 
 pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
