@@ -3,6 +3,7 @@
 //! one transaction); catalog's relay publishes them; engagement's consumer projects them into
 //! its `videos_replica`. End to end is first request → last video in the replica.
 
+use crate::chart::Panel;
 use crate::drive::Origin;
 use crate::fixtures::poll_until_done;
 use crate::report::{Rate, Report};
@@ -94,6 +95,15 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
     let total = created.load(Ordering::Relaxed);
     let admin = db.client().await?;
     let admin = &admin;
+    let failures = {
+        let metrics = metrics.clone();
+        move || {
+            metrics
+                .as_ref()
+                .map(|m| broker_failure_records(&m.render()))
+        }
+    };
+    let sampler = DrainSampler::start(db.client().await?, failures, origin.instant);
     let drained = poll_until_done(
         origin.instant,
         total,
@@ -110,6 +120,7 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
         },
     )
     .await;
+    let samples = sampler.stop().await;
     // Read before shutdown, which removes the relay's row.
     let relay = catalog_relay(admin).await?;
     services.shutdown(Duration::from_secs(5)).await;
@@ -159,6 +170,8 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
     if let (Err(_), Some(relay)) = (&drained, relay) {
         report.notes.push(relay.verdict(&catalog.relay));
     }
+    report.panels = samples.panels();
+    report.timeline = vec![(write_seconds, "writers stop".into())];
     report.parameters = vec![
         ("outbox_rows_retried".into(), retried.to_string()),
         ("outbox_rows_dead".into(), dead.to_string()),
@@ -171,6 +184,133 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
         ),
     ];
     Ok(report)
+}
+
+/// One look at catalog's relay and engagement's replica while the replica fills.
+struct DrainSample {
+    seconds: f64,
+    relay: Option<RelayReading>,
+    broker_failures: Option<u64>,
+    /// Rows waiting for a retry after a publish the broker did not acknowledge in time, and
+    /// after any other failure.
+    waiting_after_timeout: i64,
+    waiting_after_error: i64,
+    replica: i64,
+}
+
+/// Samples the pipeline every few seconds during the drain, for the report's chart: how the
+/// relay's limit, its acknowledgements and the broker's failures moved while the emulator
+/// slowed, which the end-of-run numbers alone do not show.
+struct DrainSampler {
+    stop: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<Vec<DrainSample>>,
+}
+
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+impl DrainSampler {
+    /// `broker_failures`: the relays' broker-failure records so far, if this process counts them.
+    fn start(
+        client: tokio_postgres::Client,
+        broker_failures: impl Fn() -> Option<u64> + Send + 'static,
+        origin: Instant,
+    ) -> Self {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut samples = Vec::new();
+            loop {
+                match sample(&client, origin).await {
+                    Ok(sample) => samples.push(DrainSample {
+                        broker_failures: broker_failures(),
+                        ..sample
+                    }),
+                    Err(e) => eprintln!("warning: drain sample skipped: {e:#}"),
+                }
+                tokio::select! {
+                    _ = stopped.notified() => return samples,
+                    _ = tokio::time::sleep(SAMPLE_EVERY) => {}
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> DrainSamples {
+        self.stop.notify_one();
+        DrainSamples(self.task.await.unwrap_or_default())
+    }
+}
+
+async fn sample(client: &tokio_postgres::Client, origin: Instant) -> anyhow::Result<DrainSample> {
+    let relay = catalog_relay(client).await?;
+    let rows = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE last_error LIKE '%not acknowledged within%'),
+                    count(*) FILTER (WHERE last_error NOT LIKE '%not acknowledged within%'),
+                    (SELECT count(*) FROM engagement.videos_replica)
+             FROM catalog.outbox
+             WHERE published_at IS NULL AND last_error IS NOT NULL",
+            &[],
+        )
+        .await
+        .context("count rows waiting for retry")?;
+    Ok(DrainSample {
+        seconds: origin.elapsed().as_secs_f64(),
+        relay,
+        broker_failures: None,
+        waiting_after_timeout: rows.get(0),
+        waiting_after_error: rows.get(1),
+        replica: rows.get(2),
+    })
+}
+
+struct DrainSamples(Vec<DrainSample>);
+
+impl DrainSamples {
+    fn series<F: Fn(&DrainSample) -> Option<f64>>(&self, value: F) -> Vec<(f64, f64)> {
+        self.0
+            .iter()
+            .filter_map(|s| Some((s.seconds, value(s)?)))
+            .collect()
+    }
+
+    fn panels(&self) -> Vec<Panel> {
+        vec![
+            Panel::new("videos in engagement's replica", "videos")
+                .with("replica", self.series(|s| Some(s.replica as f64))),
+            Panel::new("catalog's relay: publishes", "publishes")
+                .with(
+                    "limit",
+                    self.series(|s| Some(s.relay.as_ref()?.limit as f64)),
+                )
+                .with(
+                    "in flight",
+                    self.series(|s| Some(s.relay.as_ref()?.in_flight as f64)),
+                ),
+            Panel::new(
+                "catalog's relay: acknowledgement latency (moving average)",
+                "s",
+            )
+            .with(
+                "latency",
+                self.series(|s| Some(s.relay.as_ref()?.latency_ms / 1_000.0)),
+            ),
+            Panel::new("publishes failed on the broker's side", "rows")
+                .with(
+                    "records so far",
+                    self.series(|s| Some(s.broker_failures? as f64)),
+                )
+                .with(
+                    "waiting for retry after a timeout",
+                    self.series(|s| Some(s.waiting_after_timeout as f64)),
+                )
+                .with(
+                    "waiting for retry after an error",
+                    self.series(|s| Some(s.waiting_after_error as f64)),
+                ),
+        ]
+    }
 }
 
 /// What catalog's relay last wrote about its publish limit (its heartbeat).

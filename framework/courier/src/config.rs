@@ -355,6 +355,12 @@ impl Default for RelayConfig {
     }
 }
 
+/// Longest wait before retrying rows that failed on the broker, and between probes while it
+/// fails. Short on purpose: the publish limit is what throttles the relay while the broker
+/// struggles; this delay only spreads the retries, and a long one would hold rows back well
+/// after the broker recovered.
+const BROKER_RETRY_CAP: Duration = Duration::from_secs(5);
+
 impl RelayConfig {
     pub fn claim_lease(&self) -> Duration {
         Duration::from_secs(self.claim_lease_secs)
@@ -366,6 +372,10 @@ impl RelayConfig {
             min: self.publish_limit_min as usize,
             max: self.publish_limit_max as usize,
             latency_target: Duration::from_millis(self.publish_latency_target_millis),
+            broker_backoff: crate::backoff::Backoff::new(
+                Duration::from_millis(self.retry_base_millis),
+                Duration::from_millis(self.retry_cap_millis).min(BROKER_RETRY_CAP),
+            ),
         }
     }
 

@@ -107,9 +107,10 @@ impl Writer {
 
 /// Issue 20: Pub/Sub frozen for 30 s under load. Publishes time out against the broker, not
 /// against the rows: no attempt is counted (with `publish_max_attempts = 3` and a 4 s publish
-/// timeout, counting them would have killed rows several times over), nothing dies, the relay
-/// publishes at full rate again within 10 s of the thaw, and every event arrives with each
-/// key's versions first arriving in order.
+/// timeout, counting them would have killed rows several times over), nothing dies, once the
+/// first publishes have timed out the relay sends one row at a time (probe mode), it publishes
+/// at full rate again within 10 s of the thaw, and every event arrives with each key's
+/// versions first arriving in order.
 #[tokio::test]
 async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_nothing(
 ) -> anyhow::Result<()> {
@@ -125,8 +126,27 @@ async fn a_broker_frozen_for_thirty_seconds_costs_no_row_an_attempt_and_loses_no
     })
     .await?;
 
-    s.proxy.silent_for(Duration::from_secs(30)).await;
+    // Once the first publishes of the freeze have timed out (4 s), the relay probes: one row
+    // out at a time, not its whole limit again every publish timeout.
+    let frozen = Instant::now();
+    let proxy = s.proxy.clone();
+    let freeze = tokio::spawn(async move { proxy.silent_for(Duration::from_secs(30)).await });
+    let (mut probing_seen, mut most_out_while_probing) = (false, 0);
+    while !freeze.is_finished() {
+        let limit = relay.publish_limit();
+        if frozen.elapsed() >= Duration::from_secs(8) && frozen.elapsed() < Duration::from_secs(29)
+        {
+            probing_seen |= limit.limit == 1;
+            most_out_while_probing = most_out_while_probing.max(limit.in_flight);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    freeze.await?;
     let thawed = Instant::now();
+    assert!(
+        probing_seen && most_out_while_probing <= 1,
+        "frozen broker: probe mode seen {probing_seen}, at most {most_out_while_probing} rows out"
+    );
     let timed_out =
         s.db.scalar(
             "SELECT count(*) FROM courier.outbox WHERE last_error LIKE '%not acknowledged within%'",

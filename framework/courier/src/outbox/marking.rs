@@ -17,11 +17,6 @@ use uuid::Uuid;
 /// Marking is retried this often on transient errors before the claimer restarts.
 const MARK_ATTEMPTS: u32 = 5;
 
-/// Longest wait before retrying rows that failed on the broker. Short on purpose: the publish
-/// limit is what throttles the relay while the broker struggles; this delay only spreads the
-/// retries, and a long one would hold rows back well after the broker recovered.
-const BROKER_RETRY_CAP: Duration = Duration::from_secs(5);
-
 /// What the claimer remembers of a row until it is marked.
 pub(super) struct RowMeta {
     pub key: PublisherKey,
@@ -77,7 +72,6 @@ impl Marking {
     /// wait its backoff; a permanent one, or the last attempt, kills it.
     fn plan_failures(&self, failed: Vec<(i64, String, FailureKind)>) -> Vec<FailedRow> {
         let backoff = self.config.retry_backoff();
-        let broker_backoff = Backoff::new(backoff.base, backoff.cap.min(BROKER_RETRY_CAP));
         let limit = self.publishers.limit();
         let mut broker_failures = 0;
         let planned = failed
@@ -89,7 +83,7 @@ impl Marking {
                     broker_failures += 1;
                     return FailedRow {
                         seq,
-                        retry_at: Some(after(limit.broker_retry_delay(&broker_backoff))),
+                        retry_at: Some(after(limit.broker_retry_delay())),
                         error,
                         dead: false,
                         counts_attempt: false,

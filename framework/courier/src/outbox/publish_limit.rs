@@ -10,6 +10,13 @@
 //! latency (between a tenth and a half, as a gradient limiter would) — at most once per target
 //! interval, so one congested moment (thousands of rows timing out together) shrinks it once.
 //! A slow broker therefore meets fewer claims instead of more retries.
+//!
+//! A broker failure also puts the relay in probe mode, as a timeout collapses TCP's window to
+//! one segment: until the broker acknowledges a publish again, one row at a time goes out, each
+//! after the broker's backoff. Without it a frozen broker timed out the whole window (the
+//! limit's floor) every publish timeout, and one that refuses at once would be sent the floor's
+//! worth of fresh rows as fast as it refuses them; either way records of failed publishes pile
+//! up for nothing. The first acknowledgement ends it, and the halved limit applies again.
 
 use crate::backoff::Backoff;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -22,6 +29,8 @@ pub struct LimitSettings {
     pub max: usize,
     /// Acknowledgements slower than this count as congestion.
     pub latency_target: Duration,
+    /// Spaces the probes while the broker fails, and the retries of the rows it failed.
+    pub broker_backoff: Backoff,
 }
 
 /// What the broker told us about its load.
@@ -75,7 +84,20 @@ struct State {
     last_shrink: Option<Instant>,
     /// Broker failures since the last acknowledgement (the exponent of their retry delay).
     broker_failures_in_a_row: u32,
+    /// In probe mode (a broker failure since the last acknowledgement): when the next probe
+    /// may go out.
+    probe_after: Option<Instant>,
     latency_ms: f64,
+}
+
+impl State {
+    fn effective_limit(&self) -> usize {
+        if self.probe_after.is_some() {
+            1
+        } else {
+            self.limit as usize
+        }
+    }
 }
 
 /// Shared by a relay's claimers (who take permits) and key publishers (who report outcomes).
@@ -99,6 +121,7 @@ impl PublishLimit {
                 in_flight: 0,
                 last_shrink: None,
                 broker_failures_in_a_row: 0,
+                probe_after: None,
                 latency_ms: 0.0,
             }),
         });
@@ -118,14 +141,19 @@ impl PublishLimit {
     /// in flight to settle, so one publish the broker sat on held the whole relay until it
     /// timed out (`throughput --via http`: ~100 rows timing out together every 20 s).
     pub fn enough_for_a_claim(&self, batch: usize) -> usize {
-        let limit = self.state().limit as usize;
+        let limit = self.state().effective_limit();
         (batch / 2).min(limit / 4).max(1)
     }
 
     /// Up to `wanted` permits, as many as the limit leaves room for (possibly none).
     pub fn try_acquire(self: &Arc<Self>, wanted: usize) -> Permits {
         let mut state = self.state();
-        let room = (state.limit as usize).saturating_sub(state.in_flight);
+        let probe_waits = state.probe_after.is_some_and(|at| Instant::now() < at);
+        let room = if probe_waits {
+            0
+        } else {
+            state.effective_limit().saturating_sub(state.in_flight)
+        };
         let count = wanted.min(room);
         state.in_flight += count;
         Permits {
@@ -149,6 +177,7 @@ impl PublishLimit {
             state.latency_ms + LATENCY_WEIGHT * (ms - state.latency_ms)
         };
         state.broker_failures_in_a_row = 0;
+        state.probe_after = None;
         if latency > self.settings.latency_target {
             let ratio = self.settings.latency_target.as_secs_f64() / latency.as_secs_f64();
             self.shrink(&mut state, Congestion::SlowAck(ratio));
@@ -158,10 +187,15 @@ impl PublishLimit {
         }
     }
 
-    /// The broker failed a publish or did not answer in time.
+    /// The broker failed a publish or did not answer in time: probe mode until it acknowledges
+    /// one again.
     pub fn on_broker_failure(&self) {
         let mut state = self.state();
         state.broker_failures_in_a_row = state.broker_failures_in_a_row.saturating_add(1);
+        // Equal jitter: probes spread apart, yet never follow a failure at once.
+        let spacing = (self.settings.broker_backoff)
+            .spread_delay(state.broker_failures_in_a_row.saturating_sub(1));
+        state.probe_after = Some(Instant::now() + spacing);
         self.shrink(&mut state, Congestion::BrokerFailure);
     }
 
@@ -181,15 +215,18 @@ impl PublishLimit {
     /// How long rows that failed on the broker wait before their retry: grows with the
     /// broker's failures in a row (not with the row's own attempts, which such failures do not
     /// spend), and starts over with the first acknowledgement.
-    pub fn broker_retry_delay(&self, backoff: &Backoff) -> Duration {
+    pub fn broker_retry_delay(&self) -> Duration {
         let failures = self.state().broker_failures_in_a_row;
-        backoff.delay(failures.saturating_sub(1))
+        self.settings
+            .broker_backoff
+            .delay(failures.saturating_sub(1))
     }
 
+    /// The limit in force: one publish at a time in probe mode.
     pub fn snapshot(&self) -> LimitSnapshot {
         let state = self.state();
         LimitSnapshot {
-            limit: state.limit as usize,
+            limit: state.effective_limit(),
             in_flight: state.in_flight,
             latency_ms: state.latency_ms,
         }
@@ -245,7 +282,13 @@ mod tests {
             min,
             max,
             latency_target: Duration::from_millis(500),
+            broker_backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
         })
+    }
+
+    /// The limit to which the first acknowledgement after broker failures returns.
+    fn underlying(limit: &PublishLimit) -> usize {
+        limit.state().limit as usize
     }
 
     /// `acks` fast acknowledgements while the relay uses all of the limit; the permits taken.
@@ -326,7 +369,7 @@ mod tests {
             limit.on_broker_failure();
         }
         assert_eq!(
-            limit.snapshot().limit,
+            underlying(&limit),
             30,
             "one congested moment shrinks it once"
         );
@@ -334,7 +377,30 @@ mod tests {
         limit.on_broker_failure();
         limit.state().last_shrink = None;
         limit.on_broker_failure();
-        assert_eq!(limit.snapshot().limit, 10);
+        assert_eq!(underlying(&limit), 10);
+    }
+
+    #[test]
+    fn after_a_broker_failure_one_probe_at_a_time_goes_out_until_an_acknowledgement() {
+        let limit = limit(10, 100);
+        let held = grow_busy(&limit, 30);
+        drop(held);
+        limit.on_broker_failure();
+        assert_eq!(limit.snapshot().limit, 1, "probe mode, as operators see it");
+        assert_eq!(limit.try_acquire(100).count(), 0, "not before the backoff");
+        assert_eq!(limit.enough_for_a_claim(200), 1);
+        limit.state().probe_after = Some(Instant::now());
+        let probe = limit.try_acquire(100);
+        assert_eq!(probe.count(), 1, "one probe");
+        assert_eq!(limit.try_acquire(100).count(), 0, "and only one");
+        limit.on_acked(Duration::from_millis(1));
+        drop(probe);
+        assert_eq!(
+            limit.snapshot().limit,
+            20,
+            "the halved limit, once the broker answers"
+        );
+        assert_eq!(limit.try_acquire(100).count(), 20);
     }
 
     #[test]
@@ -351,13 +417,18 @@ mod tests {
     #[test]
     fn the_broker_retry_delay_grows_with_failures_in_a_row_and_resets_on_an_ack() {
         let limit = limit(10, 100);
-        let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(1_000));
-        let ceiling = |n: u32| Duration::from_secs(1 << n);
+        let ceiling = |n: u32| Duration::from_millis(100 << n).min(Duration::from_secs(1));
         for n in 0..6 {
             limit.on_broker_failure();
-            assert!(limit.broker_retry_delay(&backoff) <= ceiling(n));
+            assert!(limit.broker_retry_delay() <= ceiling(n));
+            let probe_in = limit
+                .state()
+                .probe_after
+                .map(|at| at.saturating_duration_since(Instant::now()));
+            assert!(probe_in.is_some_and(|d| d <= ceiling(n)));
         }
         limit.on_acked(Duration::from_millis(1));
         assert_eq!(limit.state().broker_failures_in_a_row, 0);
+        assert_eq!(limit.state().probe_after, None);
     }
 }
