@@ -4,19 +4,18 @@
 //! key publisher has settled it; so the limit bounds what the whole relay has handed to Pub/Sub
 //! and not yet heard back about. The limit moves like TCP's window or Netflix's AIMD limiter:
 //! it grows by one per acknowledgement while the relay uses at least half of it and
-//! acknowledgements come back within the latency target, and it shrinks when the broker
-//! signals congestion — by half on a timeout, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` or
-//! `UNAVAILABLE`; on an acknowledgement slower than the target, by the ratio of target to
-//! latency (between a tenth and a half, as a gradient limiter would) — at most once per target
-//! interval, so one congested moment (thousands of rows timing out together) shrinks it once.
-//! A slow broker therefore meets fewer claims instead of more retries.
+//! acknowledgements come back within the latency target (doubling per round trip, as TCP's
+//! slow start), and it shrinks when the broker signals congestion. An acknowledgement slower
+//! than the target shrinks it by the ratio of target to latency (between a tenth and a half, as
+//! a gradient limiter would), at most once per target interval.
 //!
-//! A broker failure also puts the relay in probe mode, as a timeout collapses TCP's window to
-//! one segment: until the broker acknowledges a publish again, one row at a time goes out, each
-//! after the broker's backoff. Without it a frozen broker timed out the whole window (the
-//! limit's floor) every publish timeout, and one that refuses at once would be sent the floor's
-//! worth of fresh rows as fast as it refuses them; either way records of failed publishes pile
-//! up for nothing. The first acknowledgement ends it, and the halved limit applies again.
+//! A timeout, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` or `UNAVAILABLE` puts the relay in probe
+//! mode, as a timeout collapses TCP's window to one segment: until the broker acknowledges a
+//! publish again, one row at a time goes out, each after the broker's backoff; then the limit
+//! starts over from its floor. Thousands of rows failing together are one such moment. Without
+//! it a frozen broker timed out the whole window every publish timeout, and one that refuses at
+//! once would be sent fresh rows as fast as it refuses them; either way records of failed
+//! publishes pile up for nothing, and rows wait longer behind them.
 
 use crate::backoff::Backoff;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -47,7 +46,9 @@ impl Congestion {
     fn shrink_to(self) -> f64 {
         match self {
             Congestion::SlowAck(ratio) => ratio.clamp(0.5, 0.9),
-            Congestion::BrokerFailure => 0.5,
+            // Back to the floor once the broker answers again: the window it had is what it
+            // just failed to carry (TCP's slow start after a timeout).
+            Congestion::BrokerFailure => 0.0,
         }
     }
 
@@ -188,22 +189,25 @@ impl PublishLimit {
     }
 
     /// The broker failed a publish or did not answer in time: probe mode until it acknowledges
-    /// one again.
+    /// one again, and the limit back to its floor for when it does.
     pub fn on_broker_failure(&self) {
         let mut state = self.state();
         state.broker_failures_in_a_row = state.broker_failures_in_a_row.saturating_add(1);
+        if state.probe_after.is_none() {
+            // Once per congested moment: thousands of rows timing out together are one signal.
+            self.shrink(&mut state, Congestion::BrokerFailure);
+        }
         // Equal jitter: probes spread apart, yet never follow a failure at once.
         let spacing = (self.settings.broker_backoff)
             .spread_delay(state.broker_failures_in_a_row.saturating_sub(1));
         state.probe_after = Some(Instant::now() + spacing);
-        self.shrink(&mut state, Congestion::BrokerFailure);
     }
 
     fn shrink(&self, state: &mut State, signal: Congestion) {
         let recently = state
             .last_shrink
             .is_some_and(|at| at.elapsed() < self.settings.latency_target);
-        if recently {
+        if recently && !matches!(signal, Congestion::BrokerFailure) {
             return;
         }
         state.last_shrink = Some(Instant::now());
@@ -361,31 +365,13 @@ mod tests {
     }
 
     #[test]
-    fn broker_failures_halve_the_limit_once_per_interval_and_never_below_the_minimum() {
+    fn after_a_broker_failure_one_probe_at_a_time_goes_out_then_the_limit_starts_from_its_floor() {
         let limit = limit(10, 100);
-        let _held = grow_busy(&limit, 50);
+        drop(grow_busy(&limit, 50));
         assert_eq!(limit.snapshot().limit, 60);
         for _ in 0..1_000 {
             limit.on_broker_failure();
         }
-        assert_eq!(
-            underlying(&limit),
-            30,
-            "one congested moment shrinks it once"
-        );
-        limit.state().last_shrink = None;
-        limit.on_broker_failure();
-        limit.state().last_shrink = None;
-        limit.on_broker_failure();
-        assert_eq!(underlying(&limit), 10);
-    }
-
-    #[test]
-    fn after_a_broker_failure_one_probe_at_a_time_goes_out_until_an_acknowledgement() {
-        let limit = limit(10, 100);
-        let held = grow_busy(&limit, 30);
-        drop(held);
-        limit.on_broker_failure();
         assert_eq!(limit.snapshot().limit, 1, "probe mode, as operators see it");
         assert_eq!(limit.try_acquire(100).count(), 0, "not before the backoff");
         assert_eq!(limit.enough_for_a_claim(200), 1);
@@ -397,10 +383,11 @@ mod tests {
         drop(probe);
         assert_eq!(
             limit.snapshot().limit,
-            20,
-            "the halved limit, once the broker answers"
+            10,
+            "the floor, once the broker answers"
         );
-        assert_eq!(limit.try_acquire(100).count(), 20);
+        let _held = grow_busy(&limit, 10);
+        assert_eq!(limit.snapshot().limit, 20, "and slow start from there");
     }
 
     #[test]
