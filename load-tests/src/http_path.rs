@@ -327,11 +327,21 @@ impl RelayReading {
     /// looks further.
     fn verdict(&self, relay: &courier::config::RelayConfig) -> String {
         let target = relay.publish_latency_target_millis as f64;
-        if self.latency_ms >= target && self.limit as f64 <= 2.0 * relay.publish_limit_min as f64 {
+        // A limit of 1 under a higher floor is probe mode: the broker failed publishes and has
+        // not acknowledged one since (its recent latency may still read low).
+        let probing = self.limit == 1 && relay.publish_limit_min > 1;
+        let slow =
+            self.latency_ms >= target && self.limit as f64 <= 2.0 * relay.publish_limit_min as f64;
+        if probing || slow {
+            let probing = if probing {
+                " (probe mode: one publish at a time after the broker's failures)"
+            } else {
+                ""
+            };
             format!(
                 "the broker was the limit: catalog's relay had {} publishes in flight under a \
-                 limit of {} (its minimum is {}), acknowledged after {:.0} ms on average against \
-                 a target of {target:.0} ms. Every video is a new ordering key on a subscription \
+                 limit of {}{probing} (its minimum is {}), acknowledged after {:.0} ms on \
+                 average against a target of {target:.0} ms. Every video is a new ordering key on a subscription \
                  being read, on which the emulator degrades within a minute (../shared/EMULATOR.md); \
                  real Pub/Sub is built for that",
                 self.in_flight, self.limit, relay.publish_limit_min, self.latency_ms
@@ -389,5 +399,27 @@ courier_outbox_broker_failures_total 49
 courier_outbox_publish_success_total 1000
 ";
         assert_eq!(broker_failure_records(rendered), 649);
+    }
+
+    #[test]
+    fn the_broker_is_named_when_acknowledgements_are_slow_at_the_floor_or_the_relay_probes() {
+        let relay = courier::config::RelayConfig {
+            publish_limit_min: 10,
+            publish_latency_target_millis: 2_000,
+            ..Default::default()
+        };
+        let reading = |limit, latency_ms| RelayReading {
+            limit,
+            in_flight: limit,
+            latency_ms,
+        };
+        let named = |r: RelayReading| r.verdict(&relay).starts_with("the broker was the limit");
+        assert!(named(reading(10, 11_000.0)), "slow at the floor");
+        assert!(
+            named(reading(1, 400.0)),
+            "probing, however fast the last acks"
+        );
+        assert!(!named(reading(10, 400.0)), "fast at the floor");
+        assert!(!named(reading(500, 11_000.0)), "slow, far above the floor");
     }
 }
