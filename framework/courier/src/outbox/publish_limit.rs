@@ -290,11 +290,6 @@ mod tests {
         })
     }
 
-    /// The limit to which the first acknowledgement after broker failures returns.
-    fn underlying(limit: &PublishLimit) -> usize {
-        limit.state().limit as usize
-    }
-
     /// `acks` fast acknowledgements while the relay uses all of the limit; the permits taken.
     fn grow_busy(limit: &Arc<PublishLimit>, acks: usize) -> Vec<Permits> {
         let mut held = Vec::new();
