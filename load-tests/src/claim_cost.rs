@@ -237,6 +237,8 @@ async fn claim_buffers(conn: &tokio_postgres::Client, batch: u32) -> anyhow::Res
                 &LEASE.as_secs_f64(),
                 &i64::from(batch),
                 &(i64::from(batch) * CLAIM_WINDOW_FACTOR),
+                // From the shard's start, as `OutboxStore::claim` looks.
+                &0i64,
             ],
         )
         .await

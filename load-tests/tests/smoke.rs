@@ -344,3 +344,21 @@ fn a_relay_only_soak_with_a_slow_broker_publishes_everything() {
     );
     let _ = std::fs::remove_dir_all(out);
 }
+
+/// `claim-cost` runs the relay's own claim statement (under EXPLAIN too), so it breaks when
+/// that statement's parameters change: run it small, so such a change is caught here.
+#[test]
+fn claim_cost_runs_the_relays_claim_with_and_without_parked_rows() {
+    let (report, _) = run(
+        "claim-cost",
+        &["--parked", "500", "--fresh", "2000", "--rounds", "1"],
+    );
+    let ratios = report["ratios"].as_array().expect("ratios");
+    assert!(
+        ratios
+            .iter()
+            .any(|r| r["value"].as_f64().is_some_and(|v| v > 0.0)),
+        "{}",
+        report["ratios"]
+    );
+}
