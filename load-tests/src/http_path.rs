@@ -220,11 +220,8 @@ impl DrainSampler {
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();
             loop {
-                match sample(&client, origin).await {
-                    Ok(sample) => samples.push(DrainSample {
-                        broker_failures: broker_failures(),
-                        ..sample
-                    }),
+                match sample(&client, origin, broker_failures()).await {
+                    Ok(sample) => samples.push(sample),
                     Err(e) => eprintln!("warning: drain sample skipped: {e:#}"),
                 }
                 tokio::select! {
@@ -242,7 +239,11 @@ impl DrainSampler {
     }
 }
 
-async fn sample(client: &tokio_postgres::Client, origin: Instant) -> anyhow::Result<DrainSample> {
+async fn sample(
+    client: &tokio_postgres::Client,
+    origin: Instant,
+    broker_failures: Option<u64>,
+) -> anyhow::Result<DrainSample> {
     let relay = catalog_relay(client).await?;
     let rows = client
         .query_one(
@@ -258,7 +259,7 @@ async fn sample(client: &tokio_postgres::Client, origin: Instant) -> anyhow::Res
     Ok(DrainSample {
         seconds: origin.elapsed().as_secs_f64(),
         relay,
-        broker_failures: None,
+        broker_failures,
         waiting_after_timeout: rows.get(0),
         waiting_after_error: rows.get(1),
         replica: rows.get(2),
@@ -333,17 +334,17 @@ impl RelayReading {
         let slow =
             self.latency_ms >= target && self.limit as f64 <= 2.0 * relay.publish_limit_min as f64;
         if probing || slow {
-            let probing = if probing {
+            let mode = if probing {
                 " (probe mode: one publish at a time after the broker's failures)"
             } else {
                 ""
             };
             format!(
                 "the broker was the limit: catalog's relay had {} publishes in flight under a \
-                 limit of {}{probing} (its minimum is {}), acknowledged after {:.0} ms on \
-                 average against a target of {target:.0} ms. Every video is a new ordering key on a subscription \
-                 being read, on which the emulator degrades within a minute (../shared/EMULATOR.md); \
-                 real Pub/Sub is built for that",
+                 limit of {}{mode} (its minimum is {}), acknowledged after {:.0} ms on average \
+                 against a target of {target:.0} ms. Every video is a new ordering key on a \
+                 subscription being read, on which the emulator degrades within a minute \
+                 (../shared/EMULATOR.md); real Pub/Sub is built for that",
                 self.in_flight, self.limit, relay.publish_limit_min, self.latency_ms
             )
         } else {

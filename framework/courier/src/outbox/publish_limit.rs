@@ -180,8 +180,10 @@ impl PublishLimit {
         state.broker_failures_in_a_row = 0;
         state.probe_after = None;
         if latency > self.settings.latency_target {
-            let ratio = self.settings.latency_target.as_secs_f64() / latency.as_secs_f64();
-            self.shrink(&mut state, Congestion::SlowAck(ratio));
+            if !self.shrank_recently(&state) {
+                let ratio = self.settings.latency_target.as_secs_f64() / latency.as_secs_f64();
+                self.shrink(&mut state, Congestion::SlowAck(ratio));
+            }
         } else if state.in_flight * 2 >= state.limit as usize {
             // Grow only while the limit is what holds the relay back.
             state.limit = (state.limit + 1.0).min(self.settings.max as f64);
@@ -203,13 +205,15 @@ impl PublishLimit {
         state.probe_after = Some(Instant::now() + spacing);
     }
 
-    fn shrink(&self, state: &mut State, signal: Congestion) {
-        let recently = state
+    /// Slow acknowledgements shrink the limit at most once per target interval: those of one
+    /// congested moment arrive together.
+    fn shrank_recently(&self, state: &State) -> bool {
+        state
             .last_shrink
-            .is_some_and(|at| at.elapsed() < self.settings.latency_target);
-        if recently && !matches!(signal, Congestion::BrokerFailure) {
-            return;
-        }
+            .is_some_and(|at| at.elapsed() < self.settings.latency_target)
+    }
+
+    fn shrink(&self, state: &mut State, signal: Congestion) {
         state.last_shrink = Some(Instant::now());
         state.limit = (state.limit * signal.shrink_to()).max(self.settings.min as f64);
         metrics::counter!(crate::metrics::RELAY_CONGESTION_TOTAL, "signal" => signal.label())
