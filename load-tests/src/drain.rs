@@ -65,6 +65,9 @@ pub struct DrainArgs {
     /// framework's default).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
     in_flight: Option<u32>,
+    /// Upper bound of the relay's adaptive publish limit (default: the framework's default).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    publish_limit_max: Option<u32>,
     /// Concurrent sessions running the raw claim-and-mark.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     claim_sessions: u32,
@@ -259,6 +262,10 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
                 "in_flight_batches".into(),
                 config.relay.max_in_flight_batches.to_string(),
             ),
+            (
+                "publish_limit_max".into(),
+                config.relay.publish_limit_max.to_string(),
+            ),
             ("claim_sessions".into(), args.claim_sessions.to_string()),
             (
                 "publish_in_flight".into(),
@@ -287,6 +294,9 @@ fn relay_config(db: &TestDb, pubsub: &TestPubSub, args: &DrainArgs) -> courier::
     config.relay.claim_batch_size = args.batch;
     if let Some(in_flight) = args.in_flight {
         config.relay.max_in_flight_batches = in_flight;
+    }
+    if let Some(max) = args.publish_limit_max {
+        config.relay.publish_limit_max = max;
     }
     config.database.pool_size = args.shards * 2 + 4;
     config
