@@ -36,7 +36,7 @@ use crate::pipeline::MEMORY_DRIFT_LIMIT;
 use crate::report::{Goal, Rate, Ratio, Report};
 use anyhow::Context as _;
 use courier::outbox::publisher::CLIENT_BATCH_DELAY;
-use courier::outbox::store::OutboxStore;
+use courier::outbox::store::{OutboxStore, PublishedRows};
 use courier::outbox::topic_clients::{TopicClients, KEYS_PER_CLIENT};
 use courier::outbox::{NewEvent, Relay, RelayOptions};
 use courier_testkit::{test_config, TestDb, TestPubSub};
@@ -68,6 +68,10 @@ pub struct DrainArgs {
     /// Upper bound of the relay's adaptive publish limit (default: the framework's default).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     publish_limit_max: Option<u32>,
+    /// Run the relay with `retention.outbox_hours = 0`: its mark deletes each published row
+    /// instead of keeping it with `published_at` set.
+    #[arg(long)]
+    delete_published: bool,
     /// Concurrent sessions running the raw claim-and-mark.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     claim_sessions: u32,
@@ -139,9 +143,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     drop(claim_db);
 
     let statements_db = TestDb::new().await?;
-    let mut config = test_config(&statements_db, &pubsub);
-    config.relay.shard_count = args.shards;
-    config.relay.claim_batch_size = args.batch;
+    let config = relay_config(&statements_db, &pubsub, &args);
     fill(
         &statements_db,
         &config,
@@ -266,6 +268,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
                 "publish_limit_max".into(),
                 config.relay.publish_limit_max.to_string(),
             ),
+            ("delete_published".into(), args.delete_published.to_string()),
             ("claim_sessions".into(), args.claim_sessions.to_string()),
             (
                 "publish_in_flight".into(),
@@ -283,7 +286,8 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
     })
 }
 
-/// The relay's config: deployment defaults with the benchmark's shards, batch and in-flight.
+/// The relay's config: deployment defaults with the benchmark's shards, batch, in-flight, publish
+/// limit and retention.
 fn relay_config(db: &TestDb, pubsub: &TestPubSub, args: &DrainArgs) -> courier::CourierConfig {
     let mut config = courier::CourierConfig {
         database: db.config.clone(),
@@ -297,6 +301,9 @@ fn relay_config(db: &TestDb, pubsub: &TestPubSub, args: &DrainArgs) -> courier::
     }
     if let Some(max) = args.publish_limit_max {
         config.relay.publish_limit_max = max;
+    }
+    if args.delete_published {
+        config.retention.outbox_hours = 0;
     }
     config.database.pool_size = args.shards * 2 + 4;
     config
@@ -678,7 +685,12 @@ async fn raw_claim_then_mark(
     let mut database = db.config.clone();
     database.pool_size = sessions.max(2);
     let pool = courier::db::relay_pool(&database, "courier-load claim-then-mark")?;
-    let store = Arc::new(OutboxStore::new(pool, &database.schema));
+    let published = PublishedRows::from_config(&config.retention);
+    let store = Arc::new(OutboxStore::with_published_rows(
+        pool,
+        &database.schema,
+        published,
+    ));
     let (lease, batch) = (config.relay.claim_lease(), config.relay.claim_batch_size);
     let token = Uuid::new_v4();
     let step = move |shard: u32| {

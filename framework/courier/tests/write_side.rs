@@ -269,6 +269,51 @@ async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_or
     Ok(())
 }
 
+/// With `retention.outbox_hours = 0` the relay's mark deletes each published row
+/// (delete_published.sql) instead of keeping it: every event still arrives once, each key in
+/// version order, and the outbox ends empty.
+#[tokio::test]
+async fn with_no_outbox_retention_published_rows_are_deleted_and_every_event_arrives_in_order(
+) -> anyhow::Result<()> {
+    let s = setup(|c| c.retention.outbox_hours = 0).await?;
+    let outbox = Outbox::new(&s.config);
+    let mut conn = s.db.pool.get().await?;
+    // Keys with several versions (the key publishers' path) and keys of one row each (lone
+    // rows, as new aggregates are), written version by version in separate transactions.
+    for version in 1..=5 {
+        let tx = conn.transaction().await?;
+        let mut events: Vec<NewEvent> = (0..20)
+            .map(|k| event(&s.topic, &format!("many-{k}"), version))
+            .collect();
+        events.extend((0..20).map(|k| event(&s.topic, &format!("lone-{version}-{k}"), 1)));
+        outbox.append_all(&tx, events).await?;
+        tx.commit().await?;
+    }
+    let total = 5 * 40;
+    let relay = spawn(&s.config, options())?;
+    wait_until(
+        WAIT,
+        "every event delivered and its row deleted",
+        || async {
+            s.collector.distinct_event_ids().len() >= total
+                && count(&s.db, "SELECT count(*) FROM courier.outbox").await == 0
+        },
+    )
+    .await?;
+    assert_eq!(relay.published(), total as u64, "rows marked by deletion");
+    let arrivals = s.collector.publish_order();
+    assert_eq!(arrivals.len(), 20 + 100);
+    for (key, versions) in arrivals {
+        let expected: Vec<i64> = if key.starts_with("many-") {
+            (1..=5).collect()
+        } else {
+            vec![1]
+        };
+        assert_eq!(versions, expected, "key {key} out of order");
+    }
+    Ok(())
+}
+
 /// Claims resume after their previous claim's last row (claimer.rs, `ScanFrom`), so a row
 /// whose transaction took its seq early and committed after later rows were claimed lies
 /// below where claims look; it is still published, while other writes keep the relay busy.

@@ -11,7 +11,7 @@ use crate::outbox::notify_listener::NotifyListener;
 use crate::outbox::publish_limit::{LimitSnapshot, PublishLimit};
 use crate::outbox::publisher::{PublishFault, PublisherSettings, Publishers};
 use crate::outbox::shard_owner::{ClaimerParts, Deregister, OwnedShards, ReleaseAll, ShardOwner};
-use crate::outbox::store::OutboxStore;
+use crate::outbox::store::{OutboxStore, PublishedRows};
 use crate::pubsub::PubSub;
 use crate::supervision::{exit_process_on_escalation, EscalationHandler, Supervision};
 use crate::system_thread::{SystemThread, ThreadStartError};
@@ -65,7 +65,11 @@ pub fn start(
 ) -> Result<RelayActors, RelayError> {
     let config = Arc::new(config.clone());
     let pool = crate::db::relay_pool(&config.database, "courier-relay")?;
-    let store = Arc::new(OutboxStore::new(pool, &config.database.schema));
+    let store = Arc::new(OutboxStore::with_published_rows(
+        pool,
+        &config.database.schema,
+        PublishedRows::from_config(&config.retention),
+    ));
     let publishers = Arc::new(Publishers::new(
         PubSub::new(config.pubsub.clone()),
         PublisherSettings {

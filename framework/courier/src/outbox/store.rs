@@ -120,14 +120,43 @@ pub struct Backlog {
     pub oldest_pending_secs: f64,
 }
 
+/// What marking a row published does to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishedRows {
+    /// Kept with `published_at` set, until retention deletes them.
+    Kept,
+    /// Deleted at once (`retention.outbox_hours = 0`).
+    Deleted,
+}
+
+impl PublishedRows {
+    /// What `config` asks for.
+    pub fn from_config(config: &crate::config::RetentionConfig) -> Self {
+        if config.outbox_hours == 0 {
+            PublishedRows::Deleted
+        } else {
+            PublishedRows::Kept
+        }
+    }
+}
+
 impl OutboxStore {
     pub fn new(pool: PgPool, schema: &str) -> Self {
+        Self::with_published_rows(pool, schema, PublishedRows::Kept)
+    }
+
+    /// A store whose marks keep or delete published rows.
+    pub fn with_published_rows(pool: PgPool, schema: &str, published: PublishedRows) -> Self {
+        let mark_published = match published {
+            PublishedRows::Kept => include_str!("queries/mark_published.sql"),
+            PublishedRows::Deleted => include_str!("queries/delete_published.sql"),
+        };
         Self {
             pool,
             claim: render(include_str!("queries/claim.sql"), schema),
             ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
             ensured: Mutex::default(),
-            mark_published: render(include_str!("queries/mark_published.sql"), schema),
+            mark_published: render(mark_published, schema),
             mark_failed: render(include_str!("queries/mark_failed.sql"), schema),
             release: render(include_str!("queries/release.sql"), schema),
             set_shard_idle: render(include_str!("queries/set_shard_idle.sql"), schema),
