@@ -270,7 +270,7 @@ async fn fifty_keys_of_twenty_versions_written_concurrently_arrive_in_version_or
 }
 
 /// With `retention.outbox_hours = 0` the relay's mark deletes each published row
-/// (delete_published.sql) instead of keeping it: every event still arrives once, each key in
+/// (delete_published.sql) instead of keeping it: every event still arrives, each key in
 /// version order, and the outbox ends empty.
 #[tokio::test]
 async fn with_no_outbox_retention_published_rows_are_deleted_and_every_event_arrives_in_order(
