@@ -720,10 +720,12 @@ pub struct RetentionConfig {
     pub enabled: bool,
     /// Published (or skipped) outbox rows older than this are deleted; dead and pending rows
     /// never are. 0: the relay deletes each row as it marks it published, keeping no
-    /// history. Its mark then writes no new row version (~1 µs a row in PostgreSQL against
-    /// ~8), but an append of a version published before is no longer refused as a conflict:
-    /// only the business rows' own version check catches it.
+    /// history; its mark then writes no new row version.
     pub outbox_hours: u64,
+    /// How long an appended version is remembered in the version ledger (`outbox_versions`),
+    /// which refuses a second append of it as a conflict, published or not, whatever
+    /// `outbox_hours` keeps.
+    pub version_hours: u64,
     /// Processed inbox rows older than this are deleted. Keep it longer than Pub/Sub can
     /// redeliver or replay (7 days of retained messages by default), or a late duplicate
     /// would apply twice.
@@ -739,6 +741,7 @@ impl Default for RetentionConfig {
         Self {
             enabled: true,
             outbox_hours: 7 * 24,
+            version_hours: 7 * 24,
             inbox_hours: 14 * 24,
             batch_size: 1000,
             interval_secs: 300,
@@ -753,6 +756,12 @@ impl RetentionConfig {
             return invalid(
                 "retention.inbox_hours",
                 "must be at least 168 (7 days): Pub/Sub can redeliver or replay a message that long, and the inbox must still know it",
+            );
+        }
+        if self.version_hours < 1 {
+            return invalid(
+                "retention.version_hours",
+                "must be at least 1: a version is refused a second append only while the ledger remembers it",
             );
         }
         if !(1..=100_000).contains(&self.batch_size) {
@@ -1034,6 +1043,15 @@ mod tests {
         let err = CourierConfig::from_toml_and_env("", env(&[("COURIER_RELAY__BATCH", "4")]))
             .expect_err("unknown env key");
         assert!(err.to_string().contains("batch"), "{err}");
+    }
+
+    #[test]
+    fn the_version_ledger_must_remember_versions_for_at_least_an_hour() {
+        let err = CourierConfig::from_toml_and_env("[retention]\nversion_hours = 0\n", env(&[]))
+            .expect_err("version_hours = 0");
+        assert!(err.to_string().contains("retention.version_hours"), "{err}");
+        let config = CourierConfig::from_toml_and_env("", env(&[])).expect("defaults");
+        assert_eq!(config.retention.version_hours, 168);
     }
 
     #[test]

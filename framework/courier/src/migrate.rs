@@ -102,6 +102,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0014_unique_ids_among_unpublished",
             sql: include_str!("../../../migrations/courier/0014_unique_ids_among_unpublished.sql"),
         },
+        Migration {
+            version: 15,
+            name: "0015_versions_ledger",
+            sql: include_str!("../../../migrations/courier/0015_versions_ledger.sql"),
+        },
     ],
 };
 

@@ -958,7 +958,7 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
 
     // A version already committed is a conflict the caller can map to 409.
     let tx = conn.transaction().await?;
-    let first = outbox.append(&tx, event("valid.topic", "a", 1)).await?;
+    outbox.append(&tx, event("valid.topic", "a", 1)).await?;
     tx.commit().await?;
     let tx = conn.transaction().await?;
     let err = outbox
@@ -968,6 +968,29 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
     assert!(err.is_conflict() && !err.is_transient(), "{err}");
     drop(tx);
     assert_eq!(count(&db, "SELECT count(*) FROM courier.outbox").await, 1);
+
+    // Published, it is still a conflict: the version ledger remembers it (0015), and with
+    // `retention.outbox_hours = 0` the published row is not even kept.
+    for forget in [
+        "UPDATE courier.outbox SET published_at = now()",
+        "DELETE FROM courier.outbox",
+    ] {
+        db.pool.get().await?.batch_execute(forget).await?;
+        let tx = conn.transaction().await?;
+        let err = outbox
+            .append(&tx, event("valid.topic", "a", 1))
+            .await
+            .expect_err("conflict with a published version");
+        assert!(err.is_conflict() && !err.is_transient(), "{forget}: {err}");
+    }
+    db.pool
+        .get()
+        .await?
+        .batch_execute("DELETE FROM courier.outbox_versions")
+        .await?;
+    let tx = conn.transaction().await?;
+    let first = outbox.append(&tx, event("valid.topic", "a", 1)).await?;
+    tx.commit().await?;
 
     // An event id is unique among unpublished rows (0014_unique_ids_among_unpublished.sql):
     // the same id on another aggregate is a conflict while the first is waiting.

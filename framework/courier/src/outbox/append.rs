@@ -117,13 +117,16 @@ pub struct Appended {
 impl Outbox {
     pub fn new(config: &CourierConfig) -> Self {
         let schema = &config.database.schema;
+        let versions = render(include_str!("queries/record_versions.sql"), schema);
         let insert = render(include_str!("queries/insert_events.sql"), schema);
         let wake = render(include_str!("queries/wake_idle_shards.sql"), schema);
         Self {
             shard_count: config.relay.shard_count,
             channel: wake_channel(schema),
-            append_sql: format!("WITH inserted AS (\n{insert}\n)\n{wake}"),
-            append_quiet_sql: insert,
+            append_sql: format!(
+                "WITH versions AS (\n{versions}\n), inserted AS (\n{insert}\n)\n{wake}"
+            ),
+            append_quiet_sql: format!("WITH versions AS (\n{versions}\n)\n{insert}"),
             wakeups: true,
         }
     }

@@ -1,5 +1,5 @@
-//! Retention: the Janitor deletes published outbox rows and processed inbox rows older than
-//! `[retention]` says, in small batches — each its own short statement, so no lock is held for
+//! Retention: the Janitor deletes published outbox rows, the version ledger's rows (which
+//! refuse a second append of a version) and processed inbox rows older than `[retention]` says, in small batches — each its own short statement, so no lock is held for
 //! long and the relay never waits on it — and leaves dead and pending rows to operators.
 
 use crate::config::RetentionConfig;
@@ -12,6 +12,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sweep {
     pub outbox_rows: u64,
+    /// Rows of the version ledger (`outbox_versions`), kept `version_hours`.
+    pub version_rows: u64,
     pub inbox_rows: u64,
     /// DELETE statements run (each at most `batch_size` rows).
     pub batches: u32,
@@ -21,6 +23,7 @@ pub struct Sweep {
 #[derive(Debug, Clone)]
 pub struct RetentionQueries {
     outbox: String,
+    versions: String,
     inbox: String,
 }
 
@@ -28,6 +31,7 @@ impl RetentionQueries {
     pub fn new(schema: &str) -> Self {
         Self {
             outbox: render(include_str!("queries/delete_published_outbox.sql"), schema),
+            versions: render(include_str!("queries/delete_expired_versions.sql"), schema),
             inbox: render(include_str!("queries/delete_processed_inbox.sql"), schema),
         }
     }
@@ -43,6 +47,7 @@ pub async fn sweep(
     let batch = i64::from(config.batch_size);
     for (table, sql, hours) in [
         ("outbox", &queries.outbox, config.outbox_hours),
+        ("outbox_versions", &queries.versions, config.version_hours),
         ("inbox", &queries.inbox, config.inbox_hours),
     ] {
         let hours = i32::try_from(hours).unwrap_or(i32::MAX);
@@ -59,6 +64,7 @@ pub async fn sweep(
                 .increment(deleted);
             match table {
                 "outbox" => result.outbox_rows += deleted,
+                "outbox_versions" => result.version_rows += deleted,
                 _ => result.inbox_rows += deleted,
             }
             if deleted < config.batch_size as u64 {
@@ -133,8 +139,9 @@ impl Janitor {
                 .map(|result, act, ctx| {
                     act.sweeping = false;
                     match result {
-                        Ok(swept) if swept.outbox_rows + swept.inbox_rows > 0 => tracing::info!(
+                        Ok(swept) if swept.outbox_rows + swept.version_rows + swept.inbox_rows > 0 => tracing::info!(
                             outbox_rows = swept.outbox_rows,
+                            version_rows = swept.version_rows,
                             inbox_rows = swept.inbox_rows,
                             batches = swept.batches,
                             "retention: expired rows deleted"

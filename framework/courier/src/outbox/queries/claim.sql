@@ -122,12 +122,15 @@ WITH changed AS (
     FROM {schema}.outbox o
     JOIN candidates c ON c.ctid = o.ctid AND o.published_at IS NULL
     -- An OR, not a plain NOT EXISTS: PostgreSQL then runs the probe per candidate only when
-    -- the shard is contested (an anti join would scan for it every time).
+    -- the shard is contested (an anti join would scan for it every time). A key's rows all
+    -- have its shard: naming it lets the probe seek outbox_unpublished_versions (the only
+    -- index on aggregate_id since 0015) instead of reading all of it.
     WHERE NOT (SELECT contested FROM owner)
        OR NOT EXISTS (
           SELECT 1
           FROM {schema}.outbox e
-          WHERE e.aggregate_id = c.aggregate_id
+          WHERE e.shard = $1
+            AND e.aggregate_id = c.aggregate_id
             AND e.version < c.version
             AND e.published_at IS NULL
             AND e.lock_token <> $2

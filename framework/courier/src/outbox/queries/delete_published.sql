@@ -3,6 +3,7 @@
 -- the same guards as mark_published.sql. A delete writes no new row version and no index
 -- entry, where marking by update writes both (the marked version cannot be a HOT update:
 -- `published_at` is in every partial index's predicate): in a SQL loop of the relay's
--- statements, 0.7 µs a row against 8–9.
+-- statements, 0.7 µs a row against 8–9 while the update also wrote the (aggregate_id,
+-- version) key, which moved to the version ledger in 0015.
 DELETE FROM {schema}.outbox
 WHERE ctid = ANY($1::tid[]) AND lock_token = $2 AND published_at IS NULL

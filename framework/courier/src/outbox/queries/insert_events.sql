@@ -1,4 +1,4 @@
--- Appends events, one row per array element.
+-- Appends events, one row per array element (after record_versions.sql, in one statement).
 INSERT INTO {schema}.outbox (
     id, shard, topic, aggregate_type, aggregate_id, event_type,
     version, schema_version, payload, attributes, occurred_at)

@@ -1,0 +1,5 @@
+-- Precedes insert_events.sql as `WITH versions AS (<this>) <insert>`: records each appended
+-- (aggregate_id, version) in the version ledger, whose primary key refuses a version appended
+-- before, published or not (0015_versions_ledger.sql).
+INSERT INTO {schema}.outbox_versions (aggregate_id, version)
+SELECT * FROM UNNEST($5::text[], $7::bigint[])
