@@ -11,9 +11,10 @@
 -- and its entry in outbox_published_at.
 --
 -- * outbox_versions: one row per appended (aggregate_id, version), kept for
---   retention.outbox_hours after the append (the janitor deletes by appended_at; appends
+--   retention.version_hours after the append (the janitor deletes by appended_at; appends
 --   reach that index at its right edge, in time order, not at a random page). A second
---   append of a version is refused while its first is kept, published or not, as before.
+--   append of a version is refused while its first is kept, published or not, as before,
+--   and now also when retention.outbox_hours = 0 deleted the published row.
 -- * Among unpublished rows a version is unique by outbox_unpublished_versions, now a unique
 --   index (a row's shard is a function of its aggregate id, so (shard, aggregate_id, version)
 --   names one version). It was written by every append already; a mark leaves it alone.
