@@ -1,6 +1,7 @@
 //! Retention: the Janitor deletes published outbox rows, the version ledger's rows (which
-//! refuse a second append of a version) and processed inbox rows older than `[retention]` says, in small batches — each its own short statement, so no lock is held for
-//! long and the relay never waits on it — and leaves dead and pending rows to operators.
+//! refuse a second append of a version) and processed inbox rows older than `[retention]`
+//! says, in small batches — each its own short statement, so no lock is held for long and the
+//! relay never waits on it — and leaves dead and pending rows to operators.
 
 use crate::config::RetentionConfig;
 use crate::db::{render, DbError, PgPool};
@@ -43,12 +44,23 @@ pub async fn sweep(
     queries: &RetentionQueries,
     config: &RetentionConfig,
 ) -> Result<Sweep, DbError> {
-    let mut result = Sweep::default();
+    let (mut outbox_rows, mut version_rows, mut inbox_rows) = (0, 0, 0);
+    let mut batches = 0;
     let batch = i64::from(config.batch_size);
-    for (table, sql, hours) in [
-        ("outbox", &queries.outbox, config.outbox_hours),
-        ("outbox_versions", &queries.versions, config.version_hours),
-        ("inbox", &queries.inbox, config.inbox_hours),
+    for (table, sql, hours, rows) in [
+        (
+            "outbox",
+            &queries.outbox,
+            config.outbox_hours,
+            &mut outbox_rows,
+        ),
+        (
+            "outbox_versions",
+            &queries.versions,
+            config.version_hours,
+            &mut version_rows,
+        ),
+        ("inbox", &queries.inbox, config.inbox_hours, &mut inbox_rows),
     ] {
         let hours = i32::try_from(hours).unwrap_or(i32::MAX);
         loop {
@@ -59,20 +71,21 @@ pub async fn sweep(
                 .await
                 .map_err(DbError::query(&context))?;
             drop(client);
-            result.batches += 1;
+            batches += 1;
             metrics::counter!(crate::metrics::RETENTION_DELETED_TOTAL, "table" => table)
                 .increment(deleted);
-            match table {
-                "outbox" => result.outbox_rows += deleted,
-                "outbox_versions" => result.version_rows += deleted,
-                _ => result.inbox_rows += deleted,
-            }
+            *rows += deleted;
             if deleted < config.batch_size as u64 {
                 break;
             }
         }
     }
-    Ok(result)
+    Ok(Sweep {
+        outbox_rows,
+        version_rows,
+        inbox_rows,
+        batches,
+    })
 }
 
 /// Starts a supervised janitor for `config`'s schema on the current actix System, or `None`
