@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The two tests measure rates and latencies: run them one at a time, so neither's drain
-/// takes the CPU the other's relay is being judged on.
+/// takes the CPU the other's relay is being judged on (under cargo test; cargo-nextest runs
+/// each test of this binary alone, see .config/nextest.toml).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 struct Setup {
