@@ -343,6 +343,11 @@ impl Pair {
     fn ratio(&self) -> f64 {
         self.relay.per_second / self.raw_ceiling().per_second.max(f64::MIN_POSITIVE)
     }
+
+    /// The one-client raw publish's machine CPU per event over the relay drain's.
+    fn cpu_ratio(&self, events: u64) -> f64 {
+        self.publish_cpu.per_event(events) / self.relay_cpu.per_event(events).max(f64::MIN_POSITIVE)
+    }
 }
 
 /// `--pairs` raw publishes and relay drains in alternating order; returns the pair with the
@@ -405,11 +410,12 @@ async fn ceiling_pairs(
                 })
                 .unwrap_or_default();
             format!(
-                "{}: raw {:.0}/s{per_generation}, relay {:.0}/s = {:.2}",
+                "{}: raw {:.0}/s{per_generation}, relay {:.0}/s = {:.2} (by CPU {:.2})",
                 i + 1,
                 p.raw_publish.per_second,
                 p.relay.per_second,
-                p.ratio()
+                p.ratio(),
+                p.cpu_ratio(total)
             )
         })
         .collect::<Vec<_>>()
@@ -417,7 +423,10 @@ async fn ceiling_pairs(
     let median = lower_median(pairs, Pair::ratio).context("at least one pair is measured")?;
     let note = format!(
         "raw publish and relay drain measured in {} alternating pairs (the median pair is \
-         reported; of an even number, the lower of the middle two): {listed}",
+         reported; of an even number, the lower of the middle two; \"by CPU\": the raw \
+         publish's CPU per event over the relay drain's, what the ratio would be with both \
+         keeping the cores equally busy, so it moves with the relay's cost and not with the \
+         emulator's pace): {listed}",
         args.pairs
     );
     let (relay_db, config) = last.context("at least one pair is measured")?;
