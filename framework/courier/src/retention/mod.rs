@@ -44,23 +44,27 @@ pub async fn sweep(
     queries: &RetentionQueries,
     config: &RetentionConfig,
 ) -> Result<Sweep, DbError> {
-    let (mut outbox_rows, mut version_rows, mut inbox_rows) = (0, 0, 0);
-    let mut batches = 0;
+    let mut sweep = Sweep::default();
     let batch = i64::from(config.batch_size);
     for (table, sql, hours, rows) in [
         (
             "outbox",
             &queries.outbox,
             config.outbox_hours,
-            &mut outbox_rows,
+            &mut sweep.outbox_rows,
         ),
         (
             "outbox_versions",
             &queries.versions,
             config.version_hours,
-            &mut version_rows,
+            &mut sweep.version_rows,
         ),
-        ("inbox", &queries.inbox, config.inbox_hours, &mut inbox_rows),
+        (
+            "inbox",
+            &queries.inbox,
+            config.inbox_hours,
+            &mut sweep.inbox_rows,
+        ),
     ] {
         let hours = i32::try_from(hours).unwrap_or(i32::MAX);
         loop {
@@ -71,7 +75,7 @@ pub async fn sweep(
                 .await
                 .map_err(DbError::query(&context))?;
             drop(client);
-            batches += 1;
+            sweep.batches += 1;
             metrics::counter!(crate::metrics::RETENTION_DELETED_TOTAL, "table" => table)
                 .increment(deleted);
             *rows += deleted;
@@ -80,12 +84,7 @@ pub async fn sweep(
             }
         }
     }
-    Ok(Sweep {
-        outbox_rows,
-        version_rows,
-        inbox_rows,
-        batches,
-    })
+    Ok(sweep)
 }
 
 /// Starts a supervised janitor for `config`'s schema on the current actix System, or `None`
