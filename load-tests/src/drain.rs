@@ -344,9 +344,10 @@ impl Pair {
         self.relay.per_second / self.raw_ceiling().per_second.max(f64::MIN_POSITIVE)
     }
 
-    /// The one-client raw publish's machine CPU per event over the relay drain's.
-    fn cpu_ratio(&self, events: u64) -> f64 {
-        self.publish_cpu.per_event(events) / self.relay_cpu.per_event(events).max(f64::MIN_POSITIVE)
+    /// The one-client raw publish's machine CPU per event over the relay drain's: both carry
+    /// the same events, so their machine CPU totals compare as they are.
+    fn cpu_ratio(&self) -> f64 {
+        self.publish_cpu.machine / self.relay_cpu.machine.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -415,7 +416,7 @@ async fn ceiling_pairs(
                 p.raw_publish.per_second,
                 p.relay.per_second,
                 p.ratio(),
-                p.cpu_ratio(total)
+                p.cpu_ratio()
             )
         })
         .collect::<Vec<_>>()
