@@ -351,6 +351,11 @@ async fn strike_one(
 /// Projection rows a `handler-transient` fault holds at most.
 const HELD_ROWS: i64 = 200;
 
+/// How long a `handler-transient` fault looks for rows to hold before holding none: early in
+/// a run the consumer may have no projection row yet, and a consumer that keeps up may have
+/// none behind at a given instant.
+const ROWS_BEHIND_WAIT: Duration = Duration::from_secs(5);
+
 /// Locks, for `hold`, projection rows behind their source row: aggregates whose next events
 /// the consumer has yet to apply, so its handlers meet the locks (the most recently written
 /// aggregates may have no row yet while the consumer lags; those applied last may have
@@ -361,14 +366,22 @@ async fn hold_rows_behind_locked(pipeline: &Pipeline, hold: Duration) -> anyhow:
         .transaction()
         .await
         .context("begin the lock holder")?;
-    let locked = tx
-        .execute(
-            "SELECT 1 FROM load.projection p JOIN load.source s USING (aggregate_id)
-             WHERE p.version < s.version LIMIT $1 FOR UPDATE OF p",
-            &[&HELD_ROWS],
-        )
-        .await
-        .context("lock projection rows behind their source")?;
+    let looking_until = Instant::now() + ROWS_BEHIND_WAIT;
+    let locked = loop {
+        // Read committed: each try sees the rows committed since the last.
+        let locked = tx
+            .execute(
+                "SELECT 1 FROM load.projection p JOIN load.source s USING (aggregate_id)
+                 WHERE p.version < s.version LIMIT $1 FOR UPDATE OF p",
+                &[&HELD_ROWS],
+            )
+            .await
+            .context("lock projection rows behind their source")?;
+        if locked > 0 || Instant::now() >= looking_until {
+            break locked;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     tokio::time::sleep(hold).await;
     tx.rollback().await.context("release the held rows")?;
     Ok(locked)

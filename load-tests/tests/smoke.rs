@@ -163,16 +163,29 @@ fn throughput_via_the_services_http_apis_reaches_the_other_services_replica() {
         "{end_to_end}"
     );
     assert_eq!(parameter(&report, "refused_or_failed_requests"), "0");
-    // The relays' broker-failure counter is read (a few hundred new keys do not stall the
-    // emulator, so none should have failed).
-    let broker = report["goals"]
-        .as_array()
-        .expect("goals")
+    let goals = report["goals"].as_array().expect("goals");
+    // Every video reached the replica within the drain timeout, and no row died: a publish
+    // the broker failed was retried.
+    assert!(
+        !goals.iter().any(|g| g["name"] == "converged"),
+        "{}",
+        report["goals"]
+    );
+    assert_eq!(parameter(&report, "outbox_rows_dead"), "0");
+    // The relays' broker-failure counter is read. How many failed is the run's goal, not this
+    // test's: on a CI machine running other tests against the same emulator, a stalled
+    // emulator has left publishes unacknowledged past the 20 s deadline (26 of 320 once).
+    let broker = goals
         .iter()
         .find(|g| g["name"] == "publishes failed on the broker's side")
-        .cloned()
         .expect("a goal for broker-side failures");
-    assert_eq!(broker["met"], true, "{broker}");
+    assert!(
+        broker["value"].as_str().is_some_and(|v| v
+            .split(' ')
+            .next()
+            .is_some_and(|n| n.parse::<u64>().is_ok())),
+        "the counter was not read: {broker}"
+    );
     let _ = std::fs::remove_dir_all(out);
 }
 
@@ -284,10 +297,12 @@ fn handler_transient_faults_strike_and_the_run_is_judged() {
         .expect("a count");
     assert!(struck >= 1, "{}", report["timeline"]);
     assert!(
-        report["timeline"][0][1]
-            .as_str()
-            .is_some_and(|what| what.contains("held locked") && !what.starts_with("0 ")),
-        "{}",
+        report["timeline"]
+            .as_array()
+            .is_some_and(|strikes| strikes.iter().any(|s| s[1]
+                .as_str()
+                .is_some_and(|what| what.contains("held locked") && !what.starts_with("0 ")))),
+        "no strike held a row: {}",
         report["timeline"]
     );
     assert!(report["verdict"]["committed"].as_u64().unwrap_or(0) > 0);
