@@ -329,8 +329,8 @@ pub struct RelayConfig {
     /// Upper bound of that limit (rows handed to Pub/Sub and not yet settled).
     pub publish_limit_max: u32,
     /// Acknowledgements slower than this shrink the limit a little, and the limit grows only
-    /// while they average under a quarter of it; timeouts and broker errors
-    /// put the relay in probe mode, then start it over from its floor.
+    /// while they average under a quarter of it; timeouts and broker errors put the relay in
+    /// probe mode, then start the limit over from its floor.
     pub publish_latency_target_millis: u64,
 }
 

@@ -5,16 +5,16 @@
 //! and not yet heard back about. The limit moves like TCP's window or Netflix's AIMD limiter:
 //! it grows by one per acknowledgement while the relay uses at least half of it and
 //! acknowledgements average under a quarter of the latency target (doubling per round trip,
-//! as TCP's slow start), and it shrinks when the broker signals congestion.
+//! as TCP's slow start), and it shrinks when the broker signals congestion. An acknowledgement
+//! slower than the target shrinks it by the ratio of target to latency (between a tenth and a
+//! half, as a gradient limiter would), at most once per target interval.
 //!
 //! Under a quarter: once publishes mostly wait in the broker's queue, more of them in flight
 //! add latency, memory and CPU, and no throughput (`drain --relay-only`, 200,000 new keys on
 //! the emulator: grown until acknowledgements took the 2 s target, 5.0k/s in a 600 MiB
 //! process; under 500 ms, 5.2k/s in 203 MiB). A bound relative to the lowest latency seen
 //! (as TCP Vegas judges a queue) was tried and cut the 1,000-key drain by a third: there the
-//! emulator answers more slowly as it carries more, queue or not. An acknowledgement slower
-//! than the target shrinks it by the ratio of target to latency (between a tenth and a half, as
-//! a gradient limiter would), at most once per target interval.
+//! emulator answers more slowly as it carries more, queue or not.
 //!
 //! A timeout, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` or `UNAVAILABLE` puts the relay in probe
 //! mode, as a timeout collapses TCP's window to one segment: until the broker acknowledges a
