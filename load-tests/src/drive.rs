@@ -405,7 +405,11 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
             label,
             readings
                 .windows(2)
-                .filter(|w| w[1].0 > w[0].0 && w[1].1.cpu_ticks >= w[0].1.cpu_ticks)
+                .filter(|w| {
+                    w[1].0 > w[0].0
+                        && w[1].1.pid == w[0].1.pid
+                        && w[1].1.cpu_ticks >= w[0].1.cpu_ticks
+                })
                 .map(|w| {
                     let ticks = (w[1].1.cpu_ticks - w[0].1.cpu_ticks) as f64;
                     (
@@ -435,41 +439,123 @@ fn process_labels(samples: &[Sample]) -> Vec<&String> {
 }
 
 /// Per process: CPU-seconds spent between `from` and `to` (seconds from the origin), summed
-/// over consecutive samples so a restarted process (whose counters start again) and
-/// PostgreSQL backends that exited (taking their ticks with them) count only what was seen.
+/// over consecutive samples so a restarted process (whose counters start again: a new pid
+/// counts all its ticks) and PostgreSQL backends that exited (taking their ticks with them)
+/// count only what was spent.
 pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)> {
     let labels = process_labels(samples);
     labels
         .into_iter()
         .map(|label| {
-            let readings: Vec<u64> = samples
+            let readings: Vec<ProcessReading> = samples
                 .iter()
                 .filter(|s| s.t >= from && s.t <= to)
                 .filter_map(|s| s.processes.iter().find(|(l, _)| l == label))
-                .map(|(_, r)| r.cpu_ticks)
+                .map(|(_, r)| *r)
                 .collect();
-            let ticks: u64 = readings.windows(2).map(|w| w[1].saturating_sub(w[0])).sum();
+            let ticks: u64 = readings
+                .windows(2)
+                .map(|w| match (w[0].pid, w[1].pid) {
+                    // Started again since the last reading: all it spent is new.
+                    (before, now) if before != now && now != 0 => w[1].cpu_ticks,
+                    _ => w[1].cpu_ticks.saturating_sub(w[0].cpu_ticks),
+                })
+                .sum();
             (label.clone(), ticks as f64 / ticks_per_second())
         })
         .collect()
 }
 
-/// Per process: `(label, drift, first, last)` where `first` and `last` are the mean RSS of
-/// the first and last tenth of `[from, to]` and `drift = last / first − 1`.
-pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64, f64, f64)> {
+/// What a restarted process is allowed of its own life before its memory is judged, as
+/// the runs allow their processes ([`memory_drift`]'s callers skip the first fifth).
+const RESTARTED_WARM_UP_SHARE: f64 = 0.2;
+
+/// A process's resident memory over a window: the means of its first and last tenth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryDrift {
+    pub label: String,
+    /// Times the process was started again (its pid changed) within the window.
+    pub restarts: usize,
+    /// The part of the window judged: all of it, or for a restarted process its longest
+    /// life there after that life's own warm-up; `None` when no life covers half the window
+    /// (memory compared across two processes says nothing about either).
+    pub judged: Option<JudgedSpan>,
+}
+
+/// The span a drift was judged over and the mean RSS of its first and last tenth, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JudgedSpan {
+    pub from: f64,
+    pub to: f64,
+    pub first: f64,
+    pub last: f64,
+}
+
+impl JudgedSpan {
+    /// `last / first − 1`.
+    pub fn drift(&self) -> f64 {
+        self.last / self.first - 1.0
+    }
+}
+
+/// Per process: its memory drift over `[from, to]` (seconds from the origin, after the
+/// run's warm-up). A process killed and started again in the window is judged over its
+/// longest life there, never across two lives.
+pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<MemoryDrift> {
     let labels = process_labels(samples);
     labels
         .into_iter()
         .filter_map(|label| {
-            let points: Vec<(f64, f64)> = samples
+            let readings: Vec<(f64, ProcessReading)> = samples
                 .iter()
+                .filter(|s| s.t >= from && s.t <= to)
                 .filter_map(|s| {
                     let (_, r) = s.processes.iter().find(|(l, _)| l == label)?;
-                    Some((s.t, r.rss_bytes as f64))
+                    Some((s.t, *r))
                 })
                 .collect();
-            let (first, last) = first_and_last_tenth(&points, from, to)?;
-            Some((label.clone(), last / first - 1.0, first, last))
+            let lives: Vec<&[(f64, ProcessReading)]> =
+                readings.chunk_by(|a, b| a.1.pid == b.1.pid).collect();
+            let restarts = lives.len().saturating_sub(1);
+            let span_of = |life: &[(f64, ProcessReading)]| life[life.len() - 1].0 - life[0].0;
+            let (index, longest) = lives
+                .iter()
+                .enumerate()
+                .max_by(|a, b| span_of(a.1).total_cmp(&span_of(b.1)))?;
+            let (start, end) = (longest[0].0, longest[longest.len() - 1].0);
+            let span = if restarts == 0 {
+                Some((from, to))
+            } else {
+                // The first life ran before the window, past the run's warm-up; a later one
+                // warms up again.
+                let judged_from = if index == 0 {
+                    from
+                } else {
+                    start + (end - start) * RESTARTED_WARM_UP_SHARE
+                };
+                (end - judged_from >= (to - from) / 2.0).then_some((judged_from, end))
+            };
+            let points: Vec<(f64, f64)> = longest
+                .iter()
+                .map(|(t, r)| (*t, r.rss_bytes as f64))
+                .collect();
+            let judged = match span {
+                Some((a, b)) => {
+                    let (first, last) = first_and_last_tenth(&points, a, b)?;
+                    Some(JudgedSpan {
+                        from: a,
+                        to: b,
+                        first,
+                        last,
+                    })
+                }
+                None => None,
+            };
+            Some(MemoryDrift {
+                label: label.clone(),
+                restarts,
+                judged,
+            })
         })
         .collect()
 }
@@ -549,6 +635,11 @@ mod tests {
     }
 
     fn rss_sample(t: f64, rss_mib: u64) -> Sample {
+        life_sample(t, 1, rss_mib, 0)
+    }
+
+    /// A reading of relay-1 at `t`, while process `pid` is relay-1.
+    fn life_sample(t: f64, pid: u32, rss_mib: u64, cpu_ticks: u64) -> Sample {
         Sample {
             t,
             written: 0,
@@ -558,8 +649,9 @@ mod tests {
             processes: vec![(
                 "relay-1".into(),
                 ProcessReading {
+                    pid,
                     rss_bytes: rss_mib * 1_048_576,
-                    cpu_ticks: 0,
+                    cpu_ticks,
                 },
             )],
         }
@@ -592,35 +684,92 @@ mod tests {
         );
         let drift = memory_drift(&samples, 10.0, 100.0);
         assert_eq!(drift.len(), 1);
-        let (label, d, first, last) = &drift[0];
-        assert_eq!(label, "relay-1");
-        assert!((first / 1_048_576.0 - 100.0).abs() < 1e-9);
-        assert!((last / 1_048_576.0 - 110.0).abs() < 1e-9, "{last}");
-        assert!((d - 0.10).abs() < 1e-9, "{d}");
+        assert_eq!(drift[0].label, "relay-1");
+        assert_eq!(drift[0].restarts, 0);
+        let span = drift[0].judged.expect("judged");
+        assert_eq!((span.from, span.to), (10.0, 100.0));
+        assert!((span.first / 1_048_576.0 - 100.0).abs() < 1e-9);
+        assert!(
+            (span.last / 1_048_576.0 - 110.0).abs() < 1e-9,
+            "{}",
+            span.last
+        );
+        assert!((span.drift() - 0.10).abs() < 1e-9, "{}", span.drift());
     }
 
     #[test]
-    fn cpu_is_summed_over_the_window_and_a_restart_does_not_count_negative() {
-        let reading = |t: f64, ticks: u64| Sample {
-            processes: vec![(
-                "relay-1".into(),
-                ProcessReading {
-                    rss_bytes: 1,
-                    cpu_ticks: ticks,
-                },
-            )],
-            ..rss_sample(t, 1)
-        };
-        // 100 ticks, a restart (counters from 0 again: that step counts nothing, as a
-        // PostgreSQL backend's exit must not), 50 more; the last sample is outside.
+    fn a_process_started_again_is_judged_over_its_longest_life_never_across_two() {
+        // Flat at 100 MiB until killed at t = 80; its successor starts fresh at 40 MiB. Across
+        // the two lives the window would read −60 %; the first life is flat.
+        let killed_late: Vec<Sample> = (10..=100u32)
+            .map(|t| match t {
+                ..=80 => life_sample(f64::from(t), 7, 100, 0),
+                _ => life_sample(f64::from(t), 8, 40, 0),
+            })
+            .collect();
+        let drift = memory_drift(&killed_late, 10.0, 100.0);
+        assert_eq!(drift[0].restarts, 1);
+        let span = drift[0]
+            .judged
+            .expect("the first life covers most of the window");
+        assert_eq!((span.from, span.to), (10.0, 80.0));
+        assert!(span.drift().abs() < 1e-9, "{}", span.drift());
+
+        // Killed at t = 20: the successor is judged after its own warm-up, and its leak shows.
+        let killed_early: Vec<Sample> = (10..=100u32)
+            .map(|t| match t {
+                ..=20 => life_sample(f64::from(t), 7, 100, 0),
+                _ => life_sample(f64::from(t), 8, u64::from(t), 0),
+            })
+            .collect();
+        let span = memory_drift(&killed_early, 10.0, 100.0)[0]
+            .judged
+            .expect("the second life covers most of the window");
+        assert!((span.from - 36.8).abs() < 1e-9, "{}", span.from);
+        assert_eq!(span.to, 100.0);
+        assert!(span.drift() > 0.5, "{}", span.drift());
+
+        // Killed near the middle and again near the end: no life covers half the window.
+        let killed_twice: Vec<Sample> = (10..=100u32)
+            .map(|t| {
+                life_sample(
+                    f64::from(t),
+                    7 + u32::from(t > 50) + u32::from(t > 90),
+                    100,
+                    0,
+                )
+            })
+            .collect();
+        let drift = memory_drift(&killed_twice, 10.0, 100.0);
+        assert_eq!(drift[0].restarts, 2);
+        assert_eq!(drift[0].judged, None);
+    }
+
+    #[test]
+    fn cpu_is_summed_over_the_window_across_a_restart_and_exited_backends() {
+        // 100 ticks, a restart (a new pid: its 10 ticks since it started count), 50 more;
+        // the last sample is outside the window.
         let samples = [
-            reading(0.0, 1_000),
-            reading(1.0, 1_100),
-            reading(2.0, 10),
-            reading(3.0, 60),
-            reading(9.0, 5_000),
+            life_sample(0.0, 7, 1, 1_000),
+            life_sample(1.0, 7, 1, 1_100),
+            life_sample(2.0, 8, 1, 10),
+            life_sample(3.0, 8, 1, 60),
+            life_sample(9.0, 8, 1, 5_000),
         ];
         let cpu = cpu_seconds(&samples, 0.0, 3.0);
-        assert_eq!(cpu, vec![("relay-1".to_string(), 1.5)]);
+        assert_eq!(
+            cpu,
+            vec![("relay-1".to_string(), 160.0 / ticks_per_second())]
+        );
+        // A sum over many processes (pid 0) whose backends exited: a drop counts nothing.
+        let summed = [
+            life_sample(0.0, 0, 0, 1_000),
+            life_sample(1.0, 0, 0, 900),
+            life_sample(2.0, 0, 0, 950),
+        ];
+        assert_eq!(
+            cpu_seconds(&summed, 0.0, 2.0),
+            vec![("relay-1".to_string(), 50.0 / ticks_per_second())]
+        );
     }
 }

@@ -542,7 +542,7 @@ impl Concluded {
     /// Puts what every pipeline report shows into `report`: the checker's verdict, the
     /// latency, the faults on the timeline, the panels, the workers that exited, and each
     /// process's memory drift over `memory_window` (seconds from the run's origin; the
-    /// framework's processes held to ±10 %).
+    /// framework's processes held to ±10 %, a restarted one over its longest life).
     pub fn fill(self, report: &mut Report, memory_window: (f64, f64)) {
         let (from, to) = memory_window;
         report.notes.push(self.cpu_per_event());
@@ -552,20 +552,39 @@ impl Concluded {
                  distinct transactions that wrote them)"
             ));
         }
-        for (label, drift, first, last) in drive::memory_drift(&self.samples, from, to) {
-            let framework = label.starts_with("relay") || label.starts_with("consumer");
+        for process in drive::memory_drift(&self.samples, from, to) {
+            let framework =
+                process.label.starts_with("relay") || process.label.starts_with("consumer");
+            let label = &process.label;
+            let Some(span) = process.judged else {
+                report.notes.push(format!(
+                    "{label}: started again {} time(s) during the memory window and no life of \
+                     it covered half of it, so its RSS drift is not judged (the soaks judge \
+                     memory)",
+                    process.restarts
+                ));
+                continue;
+            };
+            let over = if process.restarts > 0 {
+                format!(
+                    ", over its longest life, {:.0}–{:.0} s (started again {} time(s))",
+                    span.from, span.to, process.restarts
+                )
+            } else {
+                String::new()
+            };
             let change = format!(
-                "{:+.1} % ({:.0} → {:.0} MiB)",
-                drift * 100.0,
-                first / 1_048_576.0,
-                last / 1_048_576.0
+                "{:+.1} % ({:.0} → {:.0} MiB){over}",
+                span.drift() * 100.0,
+                span.first / 1_048_576.0,
+                span.last / 1_048_576.0
             );
             if framework {
                 report.goals.push(Goal {
                     name: format!("{label} RSS drift after warm-up"),
                     value: change,
                     goal: format!("within ±{:.0} %", MEMORY_DRIFT_LIMIT * 100.0),
-                    met: drift.abs() <= MEMORY_DRIFT_LIMIT,
+                    met: span.drift().abs() <= MEMORY_DRIFT_LIMIT,
                 });
             } else {
                 report.notes.push(format!(

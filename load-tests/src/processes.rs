@@ -192,18 +192,22 @@ pub async fn signal(pid: impl std::fmt::Display, signal: &str) {
 /// One reading of a process from `/proc` (through the `procfs` crate).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProcessReading {
+    /// Which process was read: a label's pid changes when its worker is started again.
+    /// 0 for a sum over many processes ([`read_all_named`]).
+    pub pid: u32,
     pub rss_bytes: u64,
     /// User + system CPU time so far, in clock ticks ([`ticks_per_second`]).
     pub cpu_ticks: u64,
 }
 
-/// Reads a process's `stat`; `None` once the process is gone.
+/// Reads a process's `stat`; `None` once the process is gone, or dead and not yet reaped (a
+/// zombie's RSS reads 0, which would count as memory freed).
 pub fn read_process(pid: u32) -> Option<ProcessReading> {
     let stat = procfs::process::Process::new(i32::try_from(pid).ok()?)
         .ok()?
         .stat()
         .ok()?;
-    Some(reading(&stat))
+    (stat.state != 'Z').then(|| reading(&stat))
 }
 
 /// How many threads process `pid` runs now.
@@ -231,6 +235,7 @@ pub fn jit_compiler_ticks(pid: u32) -> Option<(u64, u64)> {
 fn reading(stat: &procfs::process::Stat) -> ProcessReading {
     use procfs::WithCurrentSystemInfo as _;
     ProcessReading {
+        pid: u32::try_from(stat.pid).unwrap_or(0),
         rss_bytes: stat.rss_bytes().get(),
         cpu_ticks: stat.utime + stat.stime,
     }
@@ -249,6 +254,7 @@ pub fn read_all_named(name: &str) -> ProcessReading {
         .map(|stat| reading(&stat).cpu_ticks)
         .sum();
     ProcessReading {
+        pid: 0,
         rss_bytes: 0,
         cpu_ticks,
     }
@@ -353,8 +359,29 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_child_not_yet_reaped_reads_as_gone() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let is_zombie = || {
+            procfs::process::Process::new(pid as i32)
+                .and_then(|p| p.stat())
+                .is_ok_and(|stat| stat.state == 'Z')
+        };
+        while !is_zombie() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(is_zombie(), "`true` did not exit within 10 s");
+        assert_eq!(read_process(pid), None);
+        child.wait().expect("reap");
+    }
+
+    #[test]
     fn this_process_can_be_read() {
         let reading = read_process(std::process::id()).expect("own /proc entry");
+        assert_eq!(reading.pid, std::process::id());
         assert!(reading.rss_bytes > 0);
         assert!(ticks_per_second() >= 1.0);
     }
