@@ -72,6 +72,10 @@ pub struct DrainArgs {
     /// instead of keeping it with `published_at` set.
     #[arg(long)]
     delete_published: bool,
+    /// Connections in the relay's database pool, which its claims and marks share (default:
+    /// two per shard and four more).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=256))]
+    pool_size: Option<u32>,
     /// Concurrent sessions running the raw claim-and-mark.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     claim_sessions: u32,
@@ -305,7 +309,7 @@ fn relay_config(db: &TestDb, pubsub: &TestPubSub, args: &DrainArgs) -> courier::
     if args.delete_published {
         config.retention.outbox_hours = 0;
     }
-    config.database.pool_size = args.shards * 2 + 4;
+    config.database.pool_size = args.pool_size.unwrap_or(args.shards * 2 + 4);
     config
 }
 
