@@ -416,8 +416,15 @@ pub fn pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbErro
 /// only delays a wake-up until the next poll. Writers' transactions keep full durability.
 /// No JIT: with a large published history the claim's estimated cost (of a check it rarely
 /// runs) passed `jit_above_cost`, and compiling took ~80 ms of a ~7 ms claim.
+/// No seq scans: the relay reads the outbox through its partial indexes or at row addresses,
+/// never by reading the published history; planned while the outbox looked small, the mark's
+/// cached plan would otherwise scan it all (queries/mark_published.sql).
 pub fn relay_pool(config: &DatabaseConfig, application: &str) -> Result<PgPool, DbError> {
-    let target = target(config, application, "-c synchronous_commit=off -c jit=off")?;
+    let target = target(
+        config,
+        application,
+        "-c synchronous_commit=off -c jit=off -c enable_seqscan=off",
+    )?;
     build_pool(config, target, application)
 }
 

@@ -2,9 +2,9 @@
 //! instead of looking it up by seq in an index (~1.3 µs a row of the mark's ~8 in a SQL loop
 //! of the relay's statements).
 //!
-//! Safe although an address can be reused: the mark also requires the claimer's lock token
-//! and `published_at IS NULL`. A live row version carrying the token is the one a claim of
-//! this token created, at the address that claim returned (every update writes a new version
+//! Safe although an address can be reused: the mark also requires the claimer's lock token,
+//! which only a claim sets and every publishing mark clears. A live row version carrying the
+//! token is the one a claim of this token created, at the address that claim returned (every update writes a new version
 //! elsewhere, so a row released and claimed again comes back with its new address). If the
 //! row moved since (another owner took it over), nothing at the old address matches, and the
 //! mark leaves the row for a later publish, as the token alone did before.
