@@ -175,7 +175,7 @@ async fn a_mark_finds_only_the_row_version_its_claim_left() -> anyhow::Result<()
     assert_eq!(keys(&first), owned(&[("a", 1), ("b", 1)]));
     let (a_then, b) = (first[0].address, first[1].address);
 
-    s.store.release(&[first[0].seq], token).await?;
+    s.store.release(&[first[0].address], token).await?;
     assert_eq!(
         s.store.mark_published(&[a_then, b], token).await?,
         1,
@@ -202,13 +202,13 @@ async fn a_row_waiting_for_its_retry_or_dead_holds_back_its_key_only() -> anyhow
     let token = Uuid::new_v4();
     let taken = s.store.claim(SHARD, token, LEASE, 1).await?;
     assert_eq!(keys(&taken), owned(&[("a", 1)]));
-    let a1 = taken[0].seq;
+    let a1 = taken[0].address;
     let taken = s.store.claim(SHARD, token, LEASE, 1).await?;
     assert_eq!(keys(&taken), owned(&[("a", 2)]));
-    let a2 = taken[0].seq;
+    let a2 = taken[0].address;
     let taken = s.store.claim(SHARD, token, LEASE, 1).await?;
     assert_eq!(keys(&taken), owned(&[("b", 1)]));
-    let b1 = taken[0].seq;
+    let b1 = taken[0].address;
     // a@2 went back untried behind a@1's failure; a@1 retries in an hour; b@1 is dead.
     s.store.release(&[a2], token).await?;
     let in_an_hour = chrono::Utc::now() + chrono::Duration::hours(1);
@@ -216,14 +216,14 @@ async fn a_row_waiting_for_its_retry_or_dead_holds_back_its_key_only() -> anyhow
         .mark_failed(
             &[
                 FailedRow {
-                    seq: a1,
+                    address: a1,
                     error: "unavailable".into(),
                     retry_at: Some(in_an_hour),
                     dead: false,
                     counts_attempt: true,
                 },
                 FailedRow {
-                    seq: b1,
+                    address: b1,
                     error: "permanent".into(),
                     retry_at: None,
                     dead: true,

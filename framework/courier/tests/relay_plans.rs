@@ -1,6 +1,7 @@
-//! The relay's mark is planned as a fetch of the claimed rows' addresses, whatever the outbox
-//! looked like when it was planned, on the relay's own sessions (`db::relay_pool`) and with
-//! the plan a prepared statement keeps (generic). Both shapes that went wrong are here:
+//! The relay's writes to rows it claimed (the mark, the failure mark, the release) are planned
+//! as fetches of the rows' addresses, whatever the outbox looked like when they were planned,
+//! on the relay's own sessions (`db::relay_pool`) and with the plan a prepared statement keeps
+//! (generic). Both shapes that went wrong are here:
 //! - a relay keeping up: few rows unpublished among many published, with statistics. With a
 //!   `published_at IS NULL` conjunct the planner read the rows through a full scan of a
 //!   partial index on unpublished rows, which holds an entry for every row published since
@@ -10,40 +11,50 @@
 
 use courier::db::{relay_pool, PgConnection};
 use courier_testkit::TestDb;
-use uuid::Uuid;
 
-/// The marks the relay can be configured with, as shipped.
-const MARKS: [(&str, &str); 2] = [
+/// The statements, as shipped: name, text, parameter types, arguments for `EXECUTE`.
+const STATEMENTS: [(&str, &str, &str, &str); 4] = [
     (
         "mark_published.sql",
         include_str!("../src/outbox/queries/mark_published.sql"),
+        "tid[], uuid",
+        "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000'",
     ),
     (
         "delete_published.sql",
         include_str!("../src/outbox/queries/delete_published.sql"),
+        "tid[], uuid",
+        "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000'",
+    ),
+    (
+        "mark_failed.sql",
+        include_str!("../src/outbox/queries/mark_failed.sql"),
+        "tid[], text[], timestamptz[], boolean[], boolean[], uuid",
+        "'{\"(0,1)\"}', '{e}', '{2030-01-01}', '{f}', '{t}', \
+         '00000000-0000-0000-0000-000000000000'",
+    ),
+    (
+        "release.sql",
+        include_str!("../src/outbox/queries/release.sql"),
+        "tid[], uuid",
+        "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000'",
     ),
 ];
 
-/// The generic plan of each mark on `conn`, as `EXPLAIN` prints it.
+/// The generic plan of each statement on `conn`, as `EXPLAIN` prints it.
 async fn generic_plans(conn: &PgConnection) -> anyhow::Result<Vec<(&'static str, String)>> {
     conn.batch_execute("SET plan_cache_mode = force_generic_plan")
         .await?;
     let mut plans = Vec::new();
-    for (index, (name, sql)) in MARKS.iter().enumerate() {
-        let statement = format!("mark_{index}");
+    for (index, (name, sql, types, args)) in STATEMENTS.iter().enumerate() {
+        let statement = format!("relay_statement_{index}");
         conn.batch_execute(&format!(
-            "PREPARE {statement}(tid[], uuid) AS {}",
+            "PREPARE {statement}({types}) AS {}",
             sql.replace("{schema}", "courier")
         ))
         .await?;
         let rows = conn
-            .query(
-                &format!(
-                    "EXPLAIN EXECUTE {statement}('{{\"(0,1)\"}}', '{}')",
-                    Uuid::nil()
-                ),
-                &[],
-            )
+            .query(&format!("EXPLAIN EXECUTE {statement}({args})"), &[])
             .await?;
         let plan: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
         conn.batch_execute(&format!("DEALLOCATE {statement}"))
@@ -64,7 +75,7 @@ fn assert_address_fetches(plans: &[(&str, String)], outbox: &str) {
 }
 
 #[tokio::test]
-async fn the_mark_fetches_its_addresses_on_an_empty_outbox_and_on_one_keeping_up(
+async fn the_relays_writes_fetch_their_addresses_on_an_empty_outbox_and_on_one_keeping_up(
 ) -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let pool = relay_pool(&db.config, "relay-plans-test")?;

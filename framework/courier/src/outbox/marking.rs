@@ -49,15 +49,19 @@ impl Marking {
         let mut failed = Vec::new();
         let mut not_tried = Vec::new();
         for outcome in outcomes {
+            let seq = match &outcome {
+                PublishOutcome::Published { seq, .. }
+                | PublishOutcome::Failed { seq, .. }
+                | PublishOutcome::NotTried { seq } => *seq,
+            };
+            // Every outcome is of a row this claimer dispatched and remembers.
+            let Some(row) = self.rows.get(&seq) else {
+                continue;
+            };
             match outcome {
-                PublishOutcome::Published { seq, .. } => {
-                    // Every outcome is of a row this claimer dispatched and remembers.
-                    if let Some(row) = self.rows.get(&seq) {
-                        published.push(row.address);
-                    }
-                }
-                PublishOutcome::Failed { seq, error, kind } => failed.push((seq, error, kind)),
-                PublishOutcome::NotTried { seq } => not_tried.push(seq),
+                PublishOutcome::Published { .. } => published.push(row.address),
+                PublishOutcome::Failed { error, kind, .. } => failed.push((seq, row, error, kind)),
+                PublishOutcome::NotTried { .. } => not_tried.push(row.address),
             }
         }
         let failed = self.plan_failures(failed);
@@ -70,19 +74,18 @@ impl Marking {
     /// Decides retry time or death for each failure. A broker failure spends none of the
     /// row's attempts and waits the broker's backoff; the row's own failures spend one and
     /// wait its backoff; a permanent one, or the last attempt, kills it.
-    fn plan_failures(&self, failed: Vec<(i64, String, FailureKind)>) -> Vec<FailedRow> {
+    fn plan_failures(&self, failed: Vec<(i64, &RowMeta, String, FailureKind)>) -> Vec<FailedRow> {
         let backoff = self.config.retry_backoff();
         let limit = self.publishers.limit();
         let mut broker_failures = 0;
         let planned = failed
             .into_iter()
-            .map(|(seq, error, kind)| {
-                let row = self.rows.get(&seq);
-                let attempts = row.map_or(0, |r| r.attempts);
+            .map(|(seq, row, error, kind)| {
+                let attempts = row.attempts;
                 if kind == FailureKind::Broker {
                     broker_failures += 1;
                     return FailedRow {
-                        seq,
+                        address: row.address,
                         retry_at: Some(after(limit.broker_retry_delay())),
                         error,
                         dead: false,
@@ -90,8 +93,8 @@ impl Marking {
                     };
                 }
                 let attempts_after = attempts.saturating_add(1);
-                let event_id = row.map(|r| r.event_id.to_string()).unwrap_or_default();
-                let ordering_key = row.map(|r| r.key.ordering_key.as_str()).unwrap_or_default();
+                let event_id = row.event_id.to_string();
+                let ordering_key = row.key.ordering_key.as_str();
                 let dead = kind == FailureKind::Permanent
                     || u32::try_from(attempts_after).unwrap_or(u32::MAX)
                         >= self.config.publish_max_attempts;
@@ -106,7 +109,7 @@ impl Marking {
                 let retry_at = (!dead)
                     .then(|| after(backoff.delay(u32::try_from(attempts).unwrap_or(0))));
                 FailedRow {
-                    seq,
+                    address: row.address,
                     error,
                     retry_at,
                     dead,

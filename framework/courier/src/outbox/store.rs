@@ -81,7 +81,8 @@ pub struct Claimed {
 /// A row whose publish failed, and what to do about it.
 #[derive(Debug, Clone)]
 pub struct FailedRow {
-    pub seq: i64,
+    /// Where its claim left it: the mark finds it there.
+    pub address: RowAddress,
     pub error: String,
     /// When to try again; `None` together with `dead`.
     pub retry_at: Option<DateTime<Utc>>,
@@ -311,7 +312,7 @@ impl OutboxStore {
         if failed.is_empty() {
             return Ok(0);
         }
-        let seqs: Vec<i64> = failed.iter().map(|f| f.seq).collect();
+        let addresses: Vec<RowAddress> = failed.iter().map(|f| f.address).collect();
         let errors: Vec<&str> = failed.iter().map(|f| f.error.as_str()).collect();
         let retry_at: Vec<Option<DateTime<Utc>>> = failed.iter().map(|f| f.retry_at).collect();
         let dead: Vec<bool> = failed.iter().map(|f| f.dead).collect();
@@ -320,21 +321,21 @@ impl OutboxStore {
         let (conn, mark_failed) = self.conn_prepared(&self.mark_failed, &context).await?;
         conn.execute(
             &mark_failed,
-            &[&seqs, &errors, &retry_at, &dead, &counts, &token],
+            &[&addresses, &errors, &retry_at, &dead, &counts, &token],
         )
         .await
         .map_err(DbError::query(context))
     }
 
-    /// Releases `seqs` without counting an attempt.
-    pub async fn release(&self, seqs: &[i64], token: Uuid) -> Result<u64, DbError> {
-        if seqs.is_empty() {
+    /// Gives back the rows claimed at `addresses` without counting an attempt.
+    pub async fn release(&self, addresses: &[RowAddress], token: Uuid) -> Result<u64, DbError> {
+        if addresses.is_empty() {
             return Ok(0);
         }
-        let context = format!("release {} rows", seqs.len());
+        let context = format!("release {} rows", addresses.len());
         let (conn, release) = self.conn_prepared(&self.release, &context).await?;
         let released = conn
-            .execute(&release, &[&seqs, &token])
+            .execute(&release, &[&addresses, &token])
             .await
             .map_err(DbError::query(context))?;
         self.given_back.fetch_add(released, Ordering::Relaxed);

@@ -1,5 +1,6 @@
 -- Gives back rows that were not tried because an earlier row of their key failed; no attempt
--- is counted against them. (`published_at IS NULL`: see mark_published.sql.)
+-- is counted against them. Found at the addresses their claim left them at, guarded by the
+-- claimer's token alone, as mark_published.sql explains.
 UPDATE {schema}.outbox
 SET lock_token = NULL, locked_at = NULL
-WHERE seq = ANY($1::bigint[]) AND lock_token = $2 AND published_at IS NULL
+WHERE ctid = ANY($1::tid[]) AND lock_token = $2
