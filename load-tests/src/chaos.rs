@@ -9,9 +9,9 @@
 //! nothing else on the machine is disturbed. The emulator is frozen rather than restarted: it
 //! keeps messages in memory only, so a restart would lose what real Pub/Sub keeps durably.
 
-use crate::drive::{Load, Pace};
+use crate::drive::{Load, Pace, WARM_UP_SHARE};
 use crate::faults::{Fault, FaultPlan};
-use crate::pipeline::{Pipeline, Setup, WARM_UP_SHARE};
+use crate::pipeline::{Pipeline, Setup};
 use crate::report::{Goal, Rate, Report};
 use crate::rig::PipelineArgs;
 use courier_testkit::TestPubSub;

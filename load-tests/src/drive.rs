@@ -466,9 +466,9 @@ pub fn cpu_seconds(samples: &[Sample], from: f64, to: f64) -> Vec<(String, f64)>
         .collect()
 }
 
-/// What a restarted process is allowed of its own life before its memory is judged, as
-/// the runs allow their processes ([`memory_drift`]'s callers skip the first fifth).
-const RESTARTED_WARM_UP_SHARE: f64 = 0.2;
+/// The share of a write phase after which memory is judged, unless a command says otherwise;
+/// a process started again during the window is allowed the same share of its own life.
+pub const WARM_UP_SHARE: f64 = 0.2;
 
 /// A process's resident memory over a window: the means of its first and last tenth.
 #[derive(Debug, Clone, PartialEq)]
@@ -531,7 +531,7 @@ pub fn memory_drift(samples: &[Sample], from: f64, to: f64) -> Vec<MemoryDrift> 
                 let judged_from = if index == 0 {
                     from
                 } else {
-                    start + (end - start) * RESTARTED_WARM_UP_SHARE
+                    start + (end - start) * WARM_UP_SHARE
                 };
                 (end - judged_from >= (to - from) / 2.0).then_some((judged_from, end))
             };

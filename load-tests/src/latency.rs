@@ -4,10 +4,10 @@
 //! p50/p90/p99/p99.9/max commit → projection beside the emulator's own publish → receive
 //! latency at the same rate, for as long, measured after the run on the warmed-up emulator.
 
-use crate::drive::{Load, Pace};
+use crate::drive::{Load, Pace, WARM_UP_SHARE};
 use crate::faults::FaultArgs;
 use crate::limits;
-use crate::pipeline::{Pipeline, Setup, WARM_UP_SHARE};
+use crate::pipeline::{Pipeline, Setup};
 use crate::report::{Goal, Rate, Report};
 use crate::rig::PipelineArgs;
 use crate::workload::KeySpace;

@@ -348,9 +348,6 @@ impl Pipeline {
     }
 }
 
-/// The share of a write phase after which memory is judged, unless a command says otherwise.
-pub const WARM_UP_SHARE: f64 = 0.2;
-
 /// The framework's processes may drift this much in memory after warm-up (P7).
 pub const MEMORY_DRIFT_LIMIT: f64 = 0.10;
 

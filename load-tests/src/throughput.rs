@@ -5,10 +5,10 @@
 //! number of clients, and the emulator's raw receive rate with the same number of streams.
 
 use crate::cpu::{self, CpuMeter};
-use crate::drive::{Load, Pace};
+use crate::drive::{Load, Pace, WARM_UP_SHARE};
 use crate::faults::FaultArgs;
 use crate::limits;
-use crate::pipeline::{Pipeline, Setup, WARM_UP_SHARE};
+use crate::pipeline::{Pipeline, Setup};
 use crate::report::{Rate, Ratio, Report};
 use crate::rig::PipelineArgs;
 use crate::stages::{self, Stage};
