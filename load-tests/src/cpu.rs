@@ -188,9 +188,12 @@ mod tests {
         assert_ne!(x, 7);
         let used = meter.stop();
         assert!(used.own >= 0.1, "{used:?}");
-        assert!(used.machine >= used.own * 0.9, "{used:?}");
+        // The machine's counters advance per core at its ticks, this process's to the
+        // nanosecond: near the moment it crossed the mark, each core may still owe a tick or two.
+        let owed = 2.0 * cores() / ticks_per_second();
+        assert!(used.machine + owed >= used.own, "{used:?}");
         assert_eq!(used.emulator, 0.0, "no emulator on port 1: {used:?}");
-        assert!(used.rest() <= used.machine - used.own + 1e-9, "{used:?}");
+        assert_eq!(used.rest(), (used.machine - used.own).max(0.0), "{used:?}");
         let text = used.describe("busy loop", 1_000);
         assert!(text.starts_with("busy loop: "), "{text}");
         assert!(text.contains("µs of CPU per event"), "{text}");
