@@ -656,13 +656,26 @@ async fn insert_history(db: &TestDb, topic: &str, count: u64, shards: u32) -> an
     Ok(())
 }
 
-/// PostgreSQL's ceiling: `sessions` sessions, each owning every `sessions`-th shard, repeating
-/// one claim-and-mark statement per shard (the relay's index, no head-of-line check, no
-/// publishing) until their shards are empty. The statement names `outbox_ready`'s whole
-/// predicate, as the claim does, and marks the rows at the addresses it locked them at: without
+/// One statement claiming a shard's first `$1` rows and marking them published: the relay's
+/// index, no head-of-line check, no publishing. It names `outbox_ready`'s whole predicate, as
+/// the claim does, and marks the rows at the addresses it locked them at: without
 /// `next_retry_at IS NULL` no index keeps the shard's rows in seq order (0013 dropped the one
 /// that did), and each statement read and sorted the shard's whole backlog, a ceiling 3-8x
 /// below the relay's own two statements.
+const CLAIM_AND_MARK: &str = "
+    WITH claimed AS (
+        SELECT ctid FROM courier.outbox
+        WHERE shard = $2 AND published_at IS NULL AND dead_at IS NULL
+          AND next_retry_at IS NULL
+        ORDER BY seq
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED)
+    UPDATE courier.outbox o
+    SET published_at = now(), publish_attempts = o.publish_attempts + 1
+    FROM claimed WHERE o.ctid = claimed.ctid AND o.published_at IS NULL";
+
+/// PostgreSQL's ceiling: `sessions` sessions, each owning every `sessions`-th shard, repeating
+/// [`CLAIM_AND_MARK`] per shard until their shards are empty.
 async fn raw_claim_and_mark(
     db: &TestDb,
     shards: u32,
@@ -670,17 +683,6 @@ async fn raw_claim_and_mark(
     sessions: u32,
     total: u64,
 ) -> anyhow::Result<Rate> {
-    const CLAIM_AND_MARK: &str = "
-        WITH claimed AS (
-            SELECT ctid FROM courier.outbox
-            WHERE shard = $2 AND published_at IS NULL AND dead_at IS NULL
-              AND next_retry_at IS NULL
-            ORDER BY seq
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED)
-        UPDATE courier.outbox o
-        SET published_at = now(), publish_attempts = o.publish_attempts + 1
-        FROM claimed WHERE o.ctid = claimed.ctid AND o.published_at IS NULL";
     let mut database = db.config.clone();
     database.pool_size = sessions.max(2);
     let pool = courier::db::pool(&database, "courier-load claim-and-mark")?;
@@ -894,7 +896,45 @@ pub(crate) async fn relay_drain(
 
 #[cfg(test)]
 mod tests {
-    use super::lower_median;
+    use super::{lower_median, CLAIM_AND_MARK};
+    use courier_testkit::TestDb;
+
+    /// The ceiling reads a shard's rows in seq order from an index, whatever the backlog:
+    /// no sort of the shard's rows, no scan of another index (the plan it had for 20 sessions).
+    #[tokio::test]
+    async fn the_raw_claim_and_mark_walks_outbox_ready_in_seq_order() -> anyhow::Result<()> {
+        let db = TestDb::new().await?;
+        let client = db.client().await?;
+        client
+            .batch_execute(
+                "INSERT INTO courier.outbox (id, shard, topic, aggregate_type, aggregate_id,
+                                             event_type, version, schema_version, payload,
+                                             occurred_at)
+                 SELECT gen_random_uuid(), i % 8, 't', 'video', 'k' || i, 'e', 1, 1, '\\x00',
+                        now()
+                 FROM generate_series(1, 20000) i;
+                 ANALYZE courier.outbox;
+                 SET plan_cache_mode = force_generic_plan",
+            )
+            .await?;
+        client
+            .batch_execute(&format!(
+                "PREPARE claim_and_mark(bigint, integer) AS {CLAIM_AND_MARK}"
+            ))
+            .await?;
+        let plan: Vec<String> = client
+            .query("EXPLAIN EXECUTE claim_and_mark(200, 3)", &[])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("Index Scan using outbox_ready") && !plan.contains("Sort"),
+            "the raw claim-and-mark does not walk outbox_ready in seq order:\n{plan}"
+        );
+        Ok(())
+    }
 
     #[test]
     fn an_even_number_of_pairs_reports_the_lower_middle_one() {
