@@ -897,10 +897,11 @@ pub(crate) async fn relay_drain(
 #[cfg(test)]
 mod tests {
     use super::{lower_median, CLAIM_AND_MARK};
-    use courier_testkit::TestDb;
+    use courier_testkit::{generic_plan, TestDb};
 
     /// The ceiling reads a shard's rows in seq order from an index, whatever the backlog:
-    /// no sort of the shard's rows, no scan of another index (the plan it had for 20 sessions).
+    /// no sort of the shard's rows, no scan of another index (its plan from migration 0013 on,
+    /// until session 42).
     #[tokio::test]
     async fn the_raw_claim_and_mark_walks_outbox_ready_in_seq_order() -> anyhow::Result<()> {
         let db = TestDb::new().await?;
@@ -913,22 +914,10 @@ mod tests {
                  SELECT gen_random_uuid(), i % 8, 't', 'video', 'k' || i, 'e', 1, 1, '\\x00',
                         now()
                  FROM generate_series(1, 20000) i;
-                 ANALYZE courier.outbox;
-                 SET plan_cache_mode = force_generic_plan",
+                 ANALYZE courier.outbox",
             )
             .await?;
-        client
-            .batch_execute(&format!(
-                "PREPARE claim_and_mark(bigint, integer) AS {CLAIM_AND_MARK}"
-            ))
-            .await?;
-        let plan: Vec<String> = client
-            .query("EXPLAIN EXECUTE claim_and_mark(200, 3)", &[])
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        let plan = plan.join("\n");
+        let plan = generic_plan(&client, CLAIM_AND_MARK, "bigint, integer", "200, 3").await?;
         assert!(
             plan.contains("Index Scan using outbox_ready") && !plan.contains("Sort"),
             "the raw claim-and-mark does not walk outbox_ready in seq order:\n{plan}"

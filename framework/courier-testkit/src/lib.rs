@@ -13,11 +13,13 @@
 //!   for a while, as a congested or stalled broker is.
 //! - [`TlsPostgres`]: a PostgreSQL cluster of the test's own that accepts TLS only, with a
 //!   certificate from a CA made for the test.
+//! - [`generic_plan`]: the plan PostgreSQL keeps for a prepared statement, as `EXPLAIN` prints it.
 
 mod broker_proxy;
 mod collector;
 mod db;
 mod emulator;
+mod plans;
 mod tls_postgres;
 mod wait;
 
@@ -25,6 +27,7 @@ pub use broker_proxy::BrokerProxy;
 pub use collector::{Collector, Received};
 pub use db::TestDb;
 pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
+pub use plans::generic_plan;
 pub use tls_postgres::TlsPostgres;
 pub use wait::wait_until;
 

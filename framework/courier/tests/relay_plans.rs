@@ -10,7 +10,7 @@
 //!   read the whole table once it has grown.
 
 use courier::db::{relay_pool, PgConnection};
-use courier_testkit::TestDb;
+use courier_testkit::{generic_plan, TestDb};
 
 /// The statements, as shipped: name, text, parameter types, arguments for `EXECUTE`.
 const STATEMENTS: [(&str, &str, &str, &str); 4] = [
@@ -43,25 +43,11 @@ const STATEMENTS: [(&str, &str, &str, &str); 4] = [
 
 /// The generic plan of each statement on `conn`, as `EXPLAIN` prints it.
 async fn generic_plans(conn: &PgConnection) -> anyhow::Result<Vec<(&'static str, String)>> {
-    conn.batch_execute("SET plan_cache_mode = force_generic_plan")
-        .await?;
     let mut plans = Vec::new();
-    for (index, (name, sql, types, args)) in STATEMENTS.iter().enumerate() {
-        let statement = format!("relay_statement_{index}");
-        conn.batch_execute(&format!(
-            "PREPARE {statement}({types}) AS {}",
-            sql.replace("{schema}", "courier")
-        ))
-        .await?;
-        let rows = conn
-            .query(&format!("EXPLAIN EXECUTE {statement}({args})"), &[])
-            .await?;
-        let plan: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
-        conn.batch_execute(&format!("DEALLOCATE {statement}"))
-            .await?;
-        plans.push((*name, plan.join("\n")));
+    for (name, sql, types, args) in STATEMENTS {
+        let sql = sql.replace("{schema}", "courier");
+        plans.push((name, generic_plan(conn, &sql, types, args).await?));
     }
-    conn.batch_execute("RESET plan_cache_mode").await?;
     Ok(plans)
 }
 
