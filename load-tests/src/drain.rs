@@ -434,17 +434,26 @@ async fn ceiling_pairs(
         })
         .collect::<Vec<_>>()
         .join("; ");
+    let pooled = pooled_cpu_ratio(&pairs);
     let median = lower_median(pairs, Pair::ratio).context("at least one pair is measured")?;
     let note = format!(
         "raw publish and relay drain measured in {} alternating pairs (the median pair is \
          reported; of an even number, the lower of the middle two; \"by CPU\": the raw \
          publish's CPU per event over the relay drain's, what the ratio would be with both \
          keeping the cores equally busy, so it moves with the relay's cost and not with the \
-         emulator's pace): {listed}",
+         emulator's pace): {listed}; by CPU over all pairs: {pooled:.3}",
         args.pairs
     );
     let (relay_db, config) = last.context("at least one pair is measured")?;
     Ok((median, note, relay_db, config))
+}
+
+/// The raw publishes' machine CPU over the relay drains', summed over all pairs: the by-CPU
+/// ratio with every pair's events counted once, steadier than any one pair's (medians of 3–5
+/// pairs swing ±0.05 with the emulator's pace; README, session 43).
+fn pooled_cpu_ratio(pairs: &[Pair]) -> f64 {
+    let sum = |cpu: fn(&Pair) -> f64| pairs.iter().map(cpu).sum::<f64>();
+    sum(|p| p.publish_cpu.machine) / sum(|p| p.relay_cpu.machine).max(f64::MIN_POSITIVE)
 }
 
 /// The item with the median `ratio`; of an even number, the lower of the middle two, so an
@@ -896,7 +905,9 @@ pub(crate) async fn relay_drain(
 
 #[cfg(test)]
 mod tests {
-    use super::{lower_median, CLAIM_AND_MARK};
+    use super::{lower_median, pooled_cpu_ratio, Pair, CLAIM_AND_MARK};
+    use crate::cpu::CpuUse;
+    use crate::report::Rate;
     use courier_testkit::{generic_plan, TestDb};
 
     /// The ceiling reads a shard's rows in seq order from an index, whatever the backlog:
@@ -923,6 +934,30 @@ mod tests {
             "the raw claim-and-mark does not walk outbox_ready in seq order:\n{plan}"
         );
         Ok(())
+    }
+
+    #[test]
+    fn the_pooled_cpu_ratio_weighs_every_pair_by_its_cpu() {
+        let pair = |publish: f64, relay: f64| {
+            let cpu = |machine| CpuUse {
+                seconds: 1.0,
+                machine,
+                own: 0.0,
+                emulator: 0.0,
+            };
+            let rate = Rate::new("r", 1, 1.0);
+            Pair {
+                raw_publish: rate.clone(),
+                publish_cpu: cpu(publish),
+                per_generation: None,
+                relay: rate,
+                relay_cpu: cpu(relay),
+            }
+        };
+        // 0.9 and 0.5 per pair; pooled (9 + 10) / (10 + 20), not their mean 0.7.
+        let pairs = [pair(9.0, 10.0), pair(10.0, 20.0)];
+        assert!((pooled_cpu_ratio(&pairs) - 19.0 / 30.0).abs() < 1e-9);
+        assert_eq!(pooled_cpu_ratio(&[]), 0.0);
     }
 
     #[test]
