@@ -323,9 +323,14 @@ pub struct RelayConfig {
     /// failed (on the broker's side). Shorter than the claim lease, so a publish never outlives
     /// its claim (another owner could otherwise publish the row again, possibly out of order).
     pub publish_timeout_secs: u64,
-    /// Lower bound of the adaptive limit on publishes in flight across the relay; the limit
-    /// starts here and grows while Pub/Sub answers fast (see `outbox::publish_limit`).
+    /// Lower bound of the adaptive limit on publishes in flight across the relay: where it
+    /// starts over after the broker failed (see `outbox::publish_limit`).
     pub publish_limit_min: u32,
+    /// Where the limit starts when the relay starts (kept within min..=max); it grows from
+    /// there while Pub/Sub answers fast. The default lets every shard's first claim go out at
+    /// once (8 shards × 200 rows): from the floor, a relay starting on a backlog of new keys
+    /// took ~0.5 s to reach 1,500 in flight, its slow start the drain's whole first second.
+    pub publish_limit_initial: u32,
     /// Upper bound of that limit (rows handed to Pub/Sub and not yet settled).
     pub publish_limit_max: u32,
     /// Acknowledgements slower than this shrink the limit a little, and the limit grows only
@@ -350,6 +355,7 @@ impl Default for RelayConfig {
             publisher_idle_secs: 1,
             publish_timeout_secs: 20,
             publish_limit_min: 10,
+            publish_limit_initial: 1_600,
             publish_limit_max: 25_600,
             publish_latency_target_millis: 2_000,
         }
@@ -371,6 +377,7 @@ impl RelayConfig {
     pub fn publish_limit(&self) -> crate::outbox::publish_limit::LimitSettings {
         crate::outbox::publish_limit::LimitSettings {
             min: self.publish_limit_min as usize,
+            initial: self.publish_limit_initial as usize,
             max: self.publish_limit_max as usize,
             latency_target: Duration::from_millis(self.publish_latency_target_millis),
             broker_backoff: crate::backoff::Backoff::new(

@@ -253,6 +253,7 @@ async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyh
     let _alone = ONE_AT_A_TIME.lock().await;
     let s = setup(|c| {
         c.relay.publish_limit_min = 20;
+        c.relay.publish_limit_initial = 20;
         c.relay.publish_limit_max = 5_000;
         c.relay.publish_latency_target_millis = 300;
     })

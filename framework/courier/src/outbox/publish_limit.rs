@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitSettings {
     pub min: usize,
+    /// Where the limit starts (kept within `min..=max`).
+    pub initial: usize,
     pub max: usize,
     /// Acknowledgements slower than this count as congestion.
     pub latency_target: Duration,
@@ -123,13 +125,15 @@ const LATENCY_WEIGHT: f64 = 0.05;
 const GROWTH_LATENCY_SHARE: f64 = 0.25;
 
 impl PublishLimit {
-    /// Starts at the minimum: the limit finds the broker's pace from there (by doubling per
-    /// round trip while every acknowledgement is fast and the relay uses the limit).
+    /// Starts at `initial`, an initial window as TCP's: the limit finds the broker's pace from
+    /// there (by doubling per round trip while every acknowledgement is fast and the relay
+    /// uses the limit, or shrinking when they are slow). Only after a broker failure does it
+    /// start over from the floor.
     pub fn new(settings: LimitSettings) -> Arc<Self> {
         let limit = Arc::new(Self {
             settings,
             state: Mutex::new(State {
-                limit: settings.min as f64,
+                limit: settings.initial.clamp(settings.min, settings.max) as f64,
                 in_flight: 0,
                 last_shrink: None,
                 broker_failures_in_a_row: 0,
@@ -300,8 +304,13 @@ mod tests {
     use super::*;
 
     fn limit(min: usize, max: usize) -> Arc<PublishLimit> {
+        starting_at(min, min, max)
+    }
+
+    fn starting_at(initial: usize, min: usize, max: usize) -> Arc<PublishLimit> {
         PublishLimit::new(LimitSettings {
             min,
+            initial,
             max,
             latency_target: Duration::from_millis(500),
             broker_backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
@@ -371,6 +380,26 @@ mod tests {
             limit.on_acked(Duration::from_millis(1));
         }
         assert!(limit.snapshot().limit > held_at + 100);
+    }
+
+    #[test]
+    fn the_limit_starts_at_its_initial_window_and_a_broker_failure_sends_it_to_the_floor() {
+        let limit = starting_at(1_600, 10, 25_600);
+        assert_eq!(limit.snapshot().limit, 1_600);
+        assert_eq!(
+            limit.try_acquire(usize::MAX).count(),
+            1_600,
+            "all of it at once"
+        );
+        limit.on_broker_failure();
+        limit.on_acked(Duration::from_millis(1));
+        assert_eq!(limit.snapshot().limit, 10, "starts over from the floor");
+        assert_eq!(
+            starting_at(1_600, 10, 500).snapshot().limit,
+            500,
+            "within max"
+        );
+        assert_eq!(starting_at(1, 10, 500).snapshot().limit, 10, "within min");
     }
 
     #[test]
