@@ -29,9 +29,10 @@
 use crate::chart::Panel;
 use crate::cpu::{cores, shared_machine_bound, CpuMeter, CpuUse};
 use crate::fixtures::{
-    event_stream, events, fill, fill_from, poll_until_done, progress, publish_bounded,
-    publish_bounded_with, set_shards_idle, warm_up_emulator, warm_up_note, WARM_UP_MAX_ROUNDS,
+    event_stream, events, fill, fill_from, poll_until_done, progress, publish_bounded_with,
+    set_shards_idle, warm_up_emulator, warm_up_note, WARM_UP_MAX_ROUNDS,
 };
+use crate::middle::Milestones;
 use crate::pipeline::MEMORY_DRIFT_LIMIT;
 use crate::report::{Goal, Rate, Ratio, Report};
 use anyhow::Context as _;
@@ -173,8 +174,13 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         args.warm_up_rounds,
     )
     .await?;
-    let (pair, pairs_note, relay_db, config) =
-        ceiling_pairs(&args, &pubsub, &raw_topic, &events).await?;
+    let Measured {
+        median: pair,
+        middle,
+        note: pairs_note,
+        relay_db,
+        config,
+    } = ceiling_pairs(&args, &pubsub, &raw_topic, &events).await?;
     let raw_ceiling = pair.raw_ceiling().clone();
     let Pair {
         raw_publish,
@@ -183,6 +189,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         relay,
         relay_cpu,
     } = pair;
+    let relay = relay.whole;
 
     let total = events.len() as u64;
     let bound = |name: &str, database_cpu: &CpuUse| {
@@ -228,6 +235,26 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
             0.0,
         ),
     ];
+    let mut report_rates = vec![
+        raw_publish.whole,
+        claim_and_mark.clone(),
+        claim_then_mark.clone(),
+        relay,
+        machine_bound,
+        design_bound,
+    ];
+    report_rates.extend(per_generation.map(|p| p.whole));
+    let mut middle_notes = Vec::new();
+    if let Some(((raw_middle, relay_middle), relay_milestones)) = middle {
+        ratios.push(Ratio::to_lowest(
+            "relay / raw publish, middle 90 % of events (the pair with the median of these)",
+            &relay_middle,
+            &[&raw_middle],
+            0.0,
+        ));
+        middle_notes.push(relay_start_note(&relay_milestones));
+        report_rates.extend([raw_middle, relay_middle]);
+    }
     let mut notes = vec![
         warm_up_note(&warm_up, total),
         pairs_note,
@@ -235,13 +262,16 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         claim_cpu.describe("PostgreSQL raw claim-and-mark", total),
         statements_cpu.describe("PostgreSQL claim, then mark", total),
         relay_cpu.describe("relay drain", total),
+    ];
+    notes.extend(middle_notes);
+    notes.push(
         "bound on this machine: the most a relay could drain if each event cost the machine \
          just what the raw publish and the raw claim-and-mark cost per event, measured alone, \
          both done on the same cores; bound of the relay's statements: the same with the \
          relay's claim and mark (two statements, a lock token, nothing in flight) instead of \
          the single claim-and-mark"
             .into(),
-    ];
+    );
     if claim_and_mark.per_second < claim_then_mark.per_second {
         // One statement doing less than the relay's two cannot be slower unless its plan is
         // wrong; the bound on this machine it sets is then no bound.
@@ -251,15 +281,6 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
             claim_and_mark.per_second, claim_then_mark.per_second
         ));
     }
-    let mut report_rates = vec![
-        raw_publish,
-        claim_and_mark,
-        claim_then_mark,
-        relay,
-        machine_bound,
-        design_bound,
-    ];
-    report_rates.extend(per_generation);
     if args.history > 0 {
         let (rates, ratio) = history_rounds(&args, &config, &relay_db, &events).await?;
         report_rates.extend(rates);
@@ -332,29 +353,59 @@ fn relay_goal(args: &DrainArgs) -> f64 {
     }
 }
 
+/// A phase's rate over all its events, and when its count crossed the bounds of their middle.
+#[derive(Debug, Clone)]
+pub(crate) struct Phase {
+    pub whole: Rate,
+    pub milestones: Milestones,
+}
+
+impl Phase {
+    fn middle(&self) -> Option<Rate> {
+        self.milestones.middle_rate(&self.whole.name)
+    }
+}
+
 /// A raw publish and a relay drain measured next to each other, with what each cost.
 struct Pair {
-    raw_publish: Rate,
+    raw_publish: Phase,
     publish_cpu: CpuUse,
     /// With a key per row: the raw publish through a new client every
     /// `KEYS_PER_CLIENT` keys (see [`raw_publish_per_generation`]); the relay is held to the
     /// faster of the two.
-    per_generation: Option<Rate>,
-    relay: Rate,
+    per_generation: Option<Phase>,
+    relay: Phase,
     relay_cpu: CpuUse,
 }
 
 impl Pair {
+    fn raw_phases(&self) -> impl Iterator<Item = &Phase> {
+        std::iter::once(&self.raw_publish).chain(&self.per_generation)
+    }
+
     /// The faster raw publish: the ceiling the relay is held to.
     fn raw_ceiling(&self) -> &Rate {
-        match &self.per_generation {
-            Some(r) if r.per_second > self.raw_publish.per_second => r,
-            _ => &self.raw_publish,
-        }
+        let faster = |a: &&Rate, b: &&Rate| a.per_second.total_cmp(&b.per_second);
+        let rates = self.raw_phases().map(|p| &p.whole);
+        rates.max_by(faster).unwrap_or(&self.raw_publish.whole)
     }
 
     fn ratio(&self) -> f64 {
-        self.relay.per_second / self.raw_ceiling().per_second.max(f64::MIN_POSITIVE)
+        self.relay.whole.per_second / self.raw_ceiling().per_second.max(f64::MIN_POSITIVE)
+    }
+
+    /// The faster raw publish's middle 90 % against the relay's: what each sustains, without
+    /// the relay's start, which the raw publish (connection open, emulator warm) does not pay.
+    fn middle_rates(&self) -> Option<(Rate, Rate)> {
+        let faster = |a: &Rate, b: &Rate| a.per_second.total_cmp(&b.per_second);
+        let raw = self.raw_phases().filter_map(Phase::middle).max_by(faster)?;
+        Some((raw, self.relay.middle()?))
+    }
+
+    fn middle_ratio(&self) -> f64 {
+        self.middle_rates().map_or(0.0, |(raw, relay)| {
+            relay.per_second / raw.per_second.max(f64::MIN_POSITIVE)
+        })
     }
 
     /// The one-client raw publish's machine CPU per event over the relay drain's: both carry
@@ -364,15 +415,13 @@ impl Pair {
     }
 }
 
-/// `--pairs` raw publishes and relay drains in alternating order; returns the pair with the
-/// median ratio, a note listing every pair, and the last drain's database and config (for the
-/// history rounds).
+/// `--pairs` raw publishes and relay drains in alternating order.
 async fn ceiling_pairs(
     args: &DrainArgs,
     pubsub: &TestPubSub,
     raw_topic: &str,
     events: &[NewEvent],
-) -> anyhow::Result<(Pair, String, TestDb, courier::CourierConfig)> {
+) -> anyhow::Result<Measured> {
     let total = events.len() as u64;
     let mut pairs = Vec::new();
     let mut last = None;
@@ -394,7 +443,7 @@ async fn ceiling_pairs(
         fill(&relay_db, &config, events, "rows for the relay").await?;
         set_shards_idle(&relay_db, args.shards, true).await?;
         let meter = CpuMeter::start(&pubsub.host);
-        let relay = relay_drain(&relay_db, &config, total, args.timeout_secs).await?;
+        let relay = relay_drain_phase(&relay_db, &config, total, args.timeout_secs).await?;
         let relay_cpu = meter.stop();
         last = Some((relay_db, config));
         let (raw_publish, publish_cpu) = match raw {
@@ -419,33 +468,70 @@ async fn ceiling_pairs(
                 .map(|r| {
                     format!(
                         " (a client per {KEYS_PER_CLIENT} keys: {:.0}/s)",
-                        r.per_second
+                        r.whole.per_second
                     )
                 })
                 .unwrap_or_default();
             format!(
-                "{}: raw {:.0}/s{per_generation}, relay {:.0}/s = {:.2} (by CPU {:.2})",
+                "{}: raw {:.0}/s{per_generation}, relay {:.0}/s = {:.2} (by CPU {:.2}, \
+                 middle 90 % {:.2})",
                 i + 1,
-                p.raw_publish.per_second,
-                p.relay.per_second,
+                p.raw_publish.whole.per_second,
+                p.relay.whole.per_second,
                 p.ratio(),
-                p.cpu_ratio()
+                p.cpu_ratio(),
+                p.middle_ratio()
             )
         })
         .collect::<Vec<_>>()
         .join("; ");
     let pooled = pooled_cpu_ratio(&pairs);
+    let middle = lower_median(pairs.iter().collect(), |p| p.middle_ratio())
+        .and_then(|p| Some((p.middle_rates()?, p.relay.milestones.clone())));
     let median = lower_median(pairs, Pair::ratio).context("at least one pair is measured")?;
     let note = format!(
         "raw publish and relay drain measured in {} alternating pairs (the median pair is \
          reported; of an even number, the lower of the middle two; \"by CPU\": the raw \
          publish's CPU per event over the relay drain's, what the ratio would be with both \
          keeping the cores equally busy, so it moves with the relay's cost and not with the \
-         emulator's pace): {listed}; by CPU over all pairs: {pooled:.3}",
+         emulator's pace; \"middle 90 %\": the same rates timed from the 5 % to the 95 % \
+         mark of each phase's events): {listed}; by CPU over all pairs: {pooled:.3}",
         args.pairs
     );
     let (relay_db, config) = last.context("at least one pair is measured")?;
-    Ok((median, note, relay_db, config))
+    Ok(Measured {
+        median,
+        middle,
+        note,
+        relay_db,
+        config,
+    })
+}
+
+/// What [`ceiling_pairs`] found.
+struct Measured {
+    /// The pair with the median ratio of whole rates.
+    median: Pair,
+    /// The raw publish's and the relay's middle 90 % in the pair with the median ratio of
+    /// those, and that relay drain's milestones.
+    middle: Option<((Rate, Rate), Milestones)>,
+    note: String,
+    /// The last relay drain's database and config (for the history rounds).
+    relay_db: TestDb,
+    config: courier::CourierConfig,
+}
+
+/// What the relay's start cost in the drain whose middle is reported: the raw publish is timed
+/// with its connection open and the emulator warm, the relay from its spawn.
+fn relay_start_note(relay: &Milestones) -> String {
+    let seconds = |s: Option<f64>| s.map_or("?".into(), |s| format!("{s:.2} s"));
+    format!(
+        "the relay's start, in the drain whose middle 90 % is reported: its first row marked \
+         published {} after it was spawned; the drain took {} longer than its events at the \
+         middle's rate (its start and its tail)",
+        seconds(relay.first_seconds()),
+        seconds(relay.start_and_tail_seconds()),
+    )
 }
 
 /// The raw publishes' machine CPU over the relay drains', summed over all pairs: the by-CPU
@@ -471,10 +557,10 @@ async fn metered_raw_publish(
     topic: &str,
     events: &[NewEvent],
     args: &DrainArgs,
-) -> anyhow::Result<(Rate, CpuUse)> {
+) -> anyhow::Result<(Phase, CpuUse)> {
     let meter = CpuMeter::start(&pubsub.host);
-    let rate = raw_publish(pubsub, topic, events, args.publish_in_flight as usize).await?;
-    Ok((rate, meter.stop()))
+    let phase = raw_publish(pubsub, topic, events, args.publish_in_flight as usize).await?;
+    Ok((phase, meter.stop()))
 }
 
 /// `--relay-only`: the relay drains the filled outbox while this process's resident memory
@@ -797,23 +883,27 @@ async fn raw_publish(
     topic: &str,
     events: &[NewEvent],
     in_flight: usize,
-) -> anyhow::Result<Rate> {
+) -> anyhow::Result<Phase> {
     let publisher = pubsub.client().publisher(topic, CLIENT_BATCH_DELAY).await?;
-    let started = Instant::now();
-    let acknowledged = publish_bounded(
-        &publisher,
+    let total = events.len() as u64;
+    let mut milestones = Milestones::start(total);
+    let acknowledged = publish_bounded_with(
+        |m| publisher.publish(m),
         messages(events),
-        events.len() as u64,
+        total,
         in_flight,
         "published (raw client)",
+        &mut milestones,
     )
     .await?;
-    let seconds = started.elapsed().as_secs_f64();
-    Ok(Rate::new(
-        "emulator raw publish (1 client, ordering keys)",
-        acknowledged,
-        seconds,
-    ))
+    Ok(Phase {
+        whole: Rate::new(
+            "emulator raw publish (1 client, ordering keys)",
+            acknowledged,
+            milestones.started.elapsed().as_secs_f64(),
+        ),
+        milestones,
+    })
 }
 
 /// The raw publish as a publisher whose memory is bounded must run it with this crate: through
@@ -827,7 +917,7 @@ async fn raw_publish_per_generation(
     topic: &str,
     events: &[NewEvent],
     in_flight: usize,
-) -> anyhow::Result<Rate> {
+) -> anyhow::Result<Phase> {
     let clients = TopicClients::new(pubsub.client(), Handle::current(), CLIENT_BATCH_DELAY);
     // Opens the connection before the clock starts; its client serves the first message.
     let mut first = Some(clients.for_new_key(topic).await?);
@@ -839,16 +929,26 @@ async fn raw_publish_per_generation(
             .expect("the connection exists once the first client was made");
         client.publisher.publish(message)
     };
-    let started = Instant::now();
     let total = events.len() as u64;
+    let mut milestones = Milestones::start(total);
     let what = format!("published (raw, a client per {KEYS_PER_CLIENT} keys)");
-    let acknowledged =
-        publish_bounded_with(publish, messages(events), total, in_flight, &what).await?;
-    Ok(Rate::new(
-        &format!("emulator raw publish, a new client every {KEYS_PER_CLIENT} keys"),
-        acknowledged,
-        started.elapsed().as_secs_f64(),
-    ))
+    let acknowledged = publish_bounded_with(
+        publish,
+        messages(events),
+        total,
+        in_flight,
+        &what,
+        &mut milestones,
+    )
+    .await?;
+    Ok(Phase {
+        whole: Rate::new(
+            &format!("emulator raw publish, a new client every {KEYS_PER_CLIENT} keys"),
+            acknowledged,
+            milestones.started.elapsed().as_secs_f64(),
+        ),
+        milestones,
+    })
 }
 
 /// The messages the relay would publish for `events`: same data, ordering keys and attributes.
@@ -862,26 +962,45 @@ fn messages(events: &[NewEvent]) -> impl Iterator<Item = Message> + '_ {
 }
 
 /// The relay's rate: start it on the filled outbox and wait until every row is published.
-/// Progress comes from the relay's own count of marked rows: counting the outbox as it drains
-/// cost PostgreSQL a third of a core, which the relay then lacked. The database is asked once
-/// at the end, so the count cannot flatter the relay.
 pub(crate) async fn relay_drain(
     db: &TestDb,
     config: &courier::CourierConfig,
     total: u64,
     timeout_secs: u64,
 ) -> anyhow::Result<Rate> {
+    Ok(relay_drain_phase(db, config, total, timeout_secs)
+        .await?
+        .whole)
+}
+
+/// [`relay_drain`], with when its count crossed the bounds of the middle 90 %.
+/// Progress comes from the relay's own count of marked rows: counting the outbox as it drains
+/// cost PostgreSQL a third of a core, which the relay then lacked. The database is asked once
+/// at the end, so the count cannot flatter the relay. The count is read every 20 ms (an
+/// atomic load), so the end and the middle's bounds are known to within a poll.
+async fn relay_drain_phase(
+    db: &TestDb,
+    config: &courier::CourierConfig,
+    total: u64,
+    timeout_secs: u64,
+) -> anyhow::Result<Phase> {
     let conn = db.client().await?;
     let started = Instant::now();
+    let mut milestones = Milestones::started_at(started, total);
     let relay = Relay::spawn(config, RelayOptions::default())?;
     let relay_ref = &relay;
+    let milestones_ref = &mut milestones;
     let seconds = poll_until_done(
         started,
         total,
         "published by the relay",
         Duration::from_secs(timeout_secs),
-        Duration::from_millis(100),
-        || async move { Ok(relay_ref.published()) },
+        Duration::from_millis(20),
+        || {
+            let published = relay_ref.published();
+            milestones_ref.observe(published);
+            async move { Ok(published) }
+        },
     )
     .await;
     relay.shutdown(Duration::from_secs(5)).await;
@@ -900,13 +1019,17 @@ pub(crate) async fn relay_drain(
         pending == 0 && dead == 0,
         "the relay reported {total} rows published but {pending} are pending and {dead} dead; see its log"
     );
-    Ok(Rate::new("relay drain (outbox → emulator)", total, seconds))
+    Ok(Phase {
+        whole: Rate::new("relay drain (outbox → emulator)", total, seconds),
+        milestones,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{lower_median, pooled_cpu_ratio, Pair, CLAIM_AND_MARK};
+    use super::{lower_median, pooled_cpu_ratio, Pair, Phase, CLAIM_AND_MARK};
     use crate::cpu::CpuUse;
+    use crate::middle::Milestones;
     use crate::report::Rate;
     use courier_testkit::{generic_plan, TestDb};
 
@@ -945,12 +1068,15 @@ mod tests {
                 own: 0.0,
                 emulator: 0.0,
             };
-            let rate = Rate::new("r", 1, 1.0);
+            let phase = Phase {
+                whole: Rate::new("r", 1, 1.0),
+                milestones: Milestones::start(1),
+            };
             Pair {
-                raw_publish: rate.clone(),
+                raw_publish: phase.clone(),
                 publish_cpu: cpu(publish),
                 per_generation: None,
-                relay: rate,
+                relay: phase,
                 relay_cpu: cpu(relay),
             }
         };

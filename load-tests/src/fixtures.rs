@@ -1,5 +1,6 @@
 //! Benchmark data: events spread over keys, written into a fresh database's outbox.
 
+use crate::middle::Milestones;
 use anyhow::Context as _;
 use courier::outbox::store::OutboxStore;
 use courier::outbox::{NewEvent, Outbox};
@@ -99,10 +100,20 @@ pub async fn publish_bounded(
     in_flight: usize,
     what: &str,
 ) -> anyhow::Result<u64> {
-    publish_bounded_with(|m| publisher.publish(m), messages, len, in_flight, what).await
+    let mut milestones = Milestones::start(len);
+    publish_bounded_with(
+        |m| publisher.publish(m),
+        messages,
+        len,
+        in_flight,
+        what,
+        &mut milestones,
+    )
+    .await
 }
 
-/// [`publish_bounded`], each message handed to `publish`.
+/// [`publish_bounded`], each message handed to `publish`, each acknowledgement observed by
+/// `milestones`.
 pub async fn publish_bounded_with(
     mut publish: impl FnMut(
         google_cloud_pubsub::model::Message,
@@ -111,6 +122,7 @@ pub async fn publish_bounded_with(
     len: u64,
     in_flight: usize,
     what: &str,
+    milestones: &mut Milestones,
 ) -> anyhow::Result<u64> {
     use futures::stream::{FuturesUnordered, StreamExt};
     let bar = progress(len, what);
@@ -122,6 +134,7 @@ pub async fn publish_bounded_with(
             if let Some(result) = pending.next().await {
                 result.with_context(|| format!("{what}: publish"))?;
                 acknowledged += 1;
+                milestones.observe(acknowledged);
                 bar.inc(1);
             }
         }
@@ -130,6 +143,7 @@ pub async fn publish_bounded_with(
     while let Some(result) = pending.next().await {
         result.with_context(|| format!("{what}: publish"))?;
         acknowledged += 1;
+        milestones.observe(acknowledged);
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -27,6 +27,7 @@ mod fixtures;
 mod http_path;
 mod latency;
 mod limits;
+mod middle;
 mod own_stack;
 mod pg_statements;
 mod pipeline;
