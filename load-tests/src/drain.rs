@@ -355,9 +355,9 @@ fn relay_goal(args: &DrainArgs) -> f64 {
 
 /// A phase's rate over all its events, and when its count crossed the bounds of their middle.
 #[derive(Debug, Clone)]
-pub(crate) struct Phase {
-    pub whole: Rate,
-    pub milestones: Milestones,
+struct Phase {
+    whole: Rate,
+    milestones: Milestones,
 }
 
 impl Phase {
@@ -885,23 +885,38 @@ async fn raw_publish(
     in_flight: usize,
 ) -> anyhow::Result<Phase> {
     let publisher = pubsub.client().publisher(topic, CLIENT_BATCH_DELAY).await?;
+    timed_publish(
+        |m| publisher.publish(m),
+        events,
+        in_flight,
+        "published (raw client)",
+        "emulator raw publish (1 client, ordering keys)",
+    )
+    .await
+}
+
+/// `events`' messages handed to `publish` (see `publish_bounded_with`), timed as a phase named
+/// `name` from the first message on.
+async fn timed_publish(
+    publish: impl FnMut(Message) -> google_cloud_pubsub::publisher::PublishFuture,
+    events: &[NewEvent],
+    in_flight: usize,
+    what: &str,
+    name: &str,
+) -> anyhow::Result<Phase> {
     let total = events.len() as u64;
     let mut milestones = Milestones::start(total);
     let acknowledged = publish_bounded_with(
-        |m| publisher.publish(m),
+        publish,
         messages(events),
         total,
         in_flight,
-        "published (raw client)",
+        what,
         &mut milestones,
     )
     .await?;
     Ok(Phase {
-        whole: Rate::new(
-            "emulator raw publish (1 client, ordering keys)",
-            acknowledged,
-            milestones.started.elapsed().as_secs_f64(),
-        ),
+        whole: Rate::new(name, acknowledged, milestones.elapsed_seconds()),
         milestones,
     })
 }
@@ -929,26 +944,14 @@ async fn raw_publish_per_generation(
             .expect("the connection exists once the first client was made");
         client.publisher.publish(message)
     };
-    let total = events.len() as u64;
-    let mut milestones = Milestones::start(total);
-    let what = format!("published (raw, a client per {KEYS_PER_CLIENT} keys)");
-    let acknowledged = publish_bounded_with(
+    timed_publish(
         publish,
-        messages(events),
-        total,
+        events,
         in_flight,
-        &what,
-        &mut milestones,
+        &format!("published (raw, a client per {KEYS_PER_CLIENT} keys)"),
+        &format!("emulator raw publish, a new client every {KEYS_PER_CLIENT} keys"),
     )
-    .await?;
-    Ok(Phase {
-        whole: Rate::new(
-            &format!("emulator raw publish, a new client every {KEYS_PER_CLIENT} keys"),
-            acknowledged,
-            milestones.started.elapsed().as_secs_f64(),
-        ),
-        milestones,
-    })
+    .await
 }
 
 /// The messages the relay would publish for `events`: same data, ordering keys and attributes.

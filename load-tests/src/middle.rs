@@ -16,7 +16,7 @@ const MIDDLE: [f64; 2] = [0.05, 0.95];
 /// middle, interpolated between observations (a relay is polled every few milliseconds).
 #[derive(Debug, Clone)]
 pub struct Milestones {
-    pub(crate) started: Instant,
+    started: Instant,
     /// The counts that bound the middle.
     bounds: [u64; 2],
     /// Seconds after the start at which each bound was crossed.
@@ -43,9 +43,14 @@ impl Milestones {
         }
     }
 
+    /// Seconds since the clock started.
+    pub fn elapsed_seconds(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
     /// The count now.
     pub fn observe(&mut self, count: u64) {
-        self.observe_at(self.started.elapsed().as_secs_f64(), count);
+        self.observe_at(self.elapsed_seconds(), count);
     }
 
     fn observe_at(&mut self, seconds: f64, count: u64) {
