@@ -380,6 +380,8 @@ impl RelayConfig {
             initial: self.publish_limit_initial as usize,
             max: self.publish_limit_max as usize,
             latency_target: Duration::from_millis(self.publish_latency_target_millis),
+            requests_the_connection_carries:
+                crate::outbox::topic_clients::REQUESTS_THE_CONNECTION_CARRIES,
             broker_backoff: crate::backoff::Backoff::new(
                 Duration::from_millis(self.retry_base_millis),
                 Duration::from_millis(self.retry_cap_millis).min(BROKER_RETRY_CAP),

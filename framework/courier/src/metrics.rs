@@ -34,6 +34,9 @@ pub const RELAY_PUBLISH_LIMIT: &str = "courier_relay_publish_limit";
 /// Rows handed to Pub/Sub and not settled yet, across the relay (gauge, set with each
 /// heartbeat).
 pub const RELAY_PUBLISHES_IN_FLIGHT: &str = "courier_relay_publishes_in_flight";
+/// Distinct ordering keys among the rows out, i.e. publish requests asked of the connection
+/// (gauge, set with each heartbeat).
+pub const RELAY_KEYS_OUT: &str = "courier_relay_keys_out";
 /// Times the limit shrank, by `signal` (`slow_ack`, `broker_failure`) (counter).
 pub const RELAY_CONGESTION_TOTAL: &str = "courier_relay_congestion_total";
 /// Publishes that failed on the broker's side (timeout, unavailable, overloaded): retried
@@ -212,6 +215,7 @@ pub fn register_all() {
         LIVE_PUBLISHERS,
         RELAY_PUBLISH_LIMIT,
         RELAY_PUBLISHES_IN_FLIGHT,
+        RELAY_KEYS_OUT,
         LIVE_PROJECTORS,
         PROJECTION_GATED_KEYS,
         RECEIVER_OUTSTANDING_MESSAGES,

@@ -304,6 +304,56 @@ async fn the_publish_limit_shrinks_under_broker_latency_and_grows_back() -> anyh
     Ok(())
 }
 
+/// Issue 20: with a key per row, the limit holds about what the relay's connection carries.
+/// Each key out is a publish request; past the requests the connection sends or queues at
+/// once, more rows of new keys only wait in the client, so the limit stops growing there and
+/// gives back what it holds beyond it (without this rule, unique-key drains grew it to
+/// ~12,000 rows). Claimers count the keys out, and none are left counted once all is
+/// published. 30,000 new keys; nothing reads the topic.
+#[tokio::test]
+async fn with_a_key_per_row_the_limit_holds_about_what_the_connection_carries() -> anyhow::Result<()>
+{
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let s = setup(|_| {}).await?;
+    const KEYS: usize = 30_000;
+    for chunk in 0..KEYS / 1_000 {
+        let events = (0..1_000)
+            .map(|i| keyed_event(&s.topic, &format!("video-{chunk}-{i}"), 1))
+            .collect();
+        commit(&s, events).await?;
+    }
+    let carries = courier::outbox::topic_clients::REQUESTS_THE_CONNECTION_CARRIES;
+    let relay = spawn_relay(&s.config)?;
+    let (mut most_limit, mut most_keys_out) = (0, 0);
+    wait_until(Duration::from_secs(120), "every row published", || {
+        let now = relay.publish_limit();
+        most_limit = most_limit.max(now.limit);
+        most_keys_out = most_keys_out.max(now.keys_out);
+        let done = relay.published() >= KEYS as u64;
+        async move { done }
+    })
+    .await?;
+    assert!(
+        most_keys_out >= carries,
+        "the relay never held more keys out ({most_keys_out}) than the connection carries \
+         ({carries}): this drain did not test the rule"
+    );
+    // The initial window, and what claimers reserve while their claims run.
+    let relay_config = &s.config.relay;
+    let bound = (relay_config.publish_limit_initial as usize).max(carries)
+        + (relay_config.shard_count * relay_config.claim_batch_size) as usize;
+    assert!(
+        most_limit <= bound,
+        "the limit grew to {most_limit} rows with a key per row (bound {bound})"
+    );
+    assert_eq!(
+        relay.publish_limit().keys_out,
+        0,
+        "keys out once all is published"
+    );
+    Ok(())
+}
+
 /// Rows claimed while their key's lone row (`publisher/lone_row.rs`: the key's only row out,
 /// published without a key publisher) is out wait for it. When it does not get through (here
 /// the broker is silent past the publish timeout) they are given back untried rather than

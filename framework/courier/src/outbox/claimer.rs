@@ -19,6 +19,7 @@
 
 use crate::config::RelayConfig;
 use crate::fast_hash::FastHash;
+use crate::outbox::keys_out::KeysOut;
 use crate::outbox::marking::{Marking, RowMeta};
 use crate::outbox::publish_limit::Permits;
 use crate::outbox::publisher::{PublishOutcome, PublisherKey, Publishers};
@@ -83,6 +84,8 @@ pub struct Claimer {
     scan_from: ScanFrom,
     /// Each unmarked row's key, version, and the attempts it had when claimed.
     rows: HashMap<i64, RowMeta, FastHash>,
+    /// Rows dispatched and not settled, per key (the publish limit reads the relay's total).
+    keys_out: KeysOut,
     /// Outcomes waiting for the next mark.
     settled: Vec<PublishOutcome>,
     /// Per key, a version acknowledged and not yet marked, with nothing before it left
@@ -119,6 +122,7 @@ impl Claimer {
         supervision: Supervision,
         before_mark: Option<BeforeMark>,
     ) -> Self {
+        let keys_out = KeysOut::new(publishers.limit().keys_out());
         Self {
             shard,
             store,
@@ -131,6 +135,7 @@ impl Claimer {
             in_flight: 0,
             scan_from: ScanFrom::start(),
             rows: HashMap::default(),
+            keys_out,
             settled: Vec::new(),
             acked: HashMap::default(),
             forget_after_claim: Vec::new(),
@@ -312,6 +317,7 @@ impl Claimer {
             }
             let group_permits = permits.split_off(group.len());
             let out_to = self.acked_right_before(&key, &group);
+            self.keys_out.handed(&key, group.len());
             let outcomes = self.publishers.dispatch(key, group, out_to);
             let sender = self.outcomes.clone();
             actix::spawn(async move {
@@ -498,6 +504,7 @@ impl Actor for Claimer {
         self.in_flight = 0;
         self.scan_from = ScanFrom::start();
         self.rows.clear();
+        self.keys_out.clear();
         self.settled.clear();
         self.acked.clear();
         self.forget_after_claim.clear();
@@ -524,7 +531,11 @@ impl Supervised for Claimer {
 }
 
 impl StreamHandler<Vec<PublishOutcome>> for Claimer {
+    /// One key group's outcomes (see [`Claimer::dispatch`]).
     fn handle(&mut self, outcomes: Vec<PublishOutcome>, ctx: &mut Self::Context) {
+        if let Some(meta) = outcomes.first().and_then(|o| self.rows.get(&o.seq())) {
+            self.keys_out.settled(&meta.key, outcomes.len());
+        }
         for outcome in &outcomes {
             if let PublishOutcome::Published { seq, .. } = outcome {
                 self.note_acked(*seq);

@@ -6,7 +6,8 @@
 //! - [`relay`]: starts the actor tree below.
 //! - [`notify_listener`] → [`shard_owner`] → [`claimer`] → [`publisher`]: the actors;
 //!   [`marking`] writes the claimer's outcomes and [`scan_from`] says where its claims start
-//!   looking; [`publish_limit`] is the congestion control they share; [`topic_clients`] the
+//!   looking; [`publish_limit`] is the congestion control they share, judged
+//!   partly by the claimers' [`keys_out`]; [`topic_clients`] the
 //!   Pub/Sub clients the publishers use.
 //! - [`store`]: the relay's SQL (`queries/*.sql`), which marks rows at their
 //!   [`row_address`]; [`shard`]: shard hashing.
@@ -15,6 +16,7 @@ pub mod append;
 pub mod attributes;
 pub mod claimer;
 pub mod event;
+pub mod keys_out;
 mod marking;
 pub mod notify_listener;
 pub mod operator;

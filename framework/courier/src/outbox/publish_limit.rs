@@ -16,6 +16,16 @@
 //! (as TCP Vegas judges a queue) was tried and cut the 1,000-key drain by a third: there the
 //! emulator answers more slowly as it carries more, queue or not.
 //!
+//! It also grows only while more rows in flight can speed the relay up: while the keys out
+//! leave room on the relay's connection (a key's rows go out one request at a time, so each
+//! key out is a request), or while rows share keys (bigger requests). Past that, with a key
+//! per row, more rows only wait in the client for the connection, and the limit gives them
+//! back, one per acknowledgement, down to what the connection carries. Drained with a key per
+//! row (`drain --keys 200000 --events 200000`), the limit grew to ~12,000 rows at ~800 ms of
+//! latency; capped at 1,500, the drain ran 10 % faster (0.88 of a raw publish against 0.80).
+//! A fixed cap in rows would not do: 1,000 keys need their 25,600 rows in flight to batch
+//! (capped at 1,500, that drain fell from 0.47 to 0.33 of a raw publish).
+
 //! A timeout, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` or `UNAVAILABLE` puts the relay in probe
 //! mode, as a timeout collapses TCP's window to one segment: until the broker acknowledges a
 //! publish again, one row at a time goes out, each after the broker's backoff; then the limit
@@ -25,6 +35,7 @@
 //! publishes pile up for nothing, and rows wait longer behind them.
 
 use crate::backoff::Backoff;
+use crate::outbox::keys_out::KeysOutTally;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -37,6 +48,9 @@ pub struct LimitSettings {
     pub max: usize,
     /// Acknowledgements slower than this count as congestion.
     pub latency_target: Duration,
+    /// Publish requests the relay's connection sends or queues at once; past it, keys out
+    /// with a row each only wait in the client (see `topic_clients`).
+    pub requests_the_connection_carries: usize,
     /// Spaces the probes while the broker fails, and the retries of the rows it failed.
     pub broker_backoff: Backoff,
 }
@@ -74,6 +88,8 @@ impl Congestion {
 pub struct LimitSnapshot {
     pub limit: usize,
     pub in_flight: usize,
+    /// Distinct ordering keys among the rows out: the publish requests asked of the connection.
+    pub keys_out: usize,
     /// Recent acknowledgement latency (exponentially weighted), in milliseconds.
     pub latency_ms: f64,
 }
@@ -84,6 +100,7 @@ impl LimitSnapshot {
     pub fn publish_gauges(&self) {
         metrics::gauge!(crate::metrics::RELAY_PUBLISH_LIMIT).set(self.limit as f64);
         metrics::gauge!(crate::metrics::RELAY_PUBLISHES_IN_FLIGHT).set(self.in_flight as f64);
+        metrics::gauge!(crate::metrics::RELAY_KEYS_OUT).set(self.keys_out as f64);
     }
 }
 
@@ -115,6 +132,8 @@ impl State {
 pub struct PublishLimit {
     settings: LimitSettings,
     state: Mutex<State>,
+    /// What the claimers have handed to key publishers, by rows and keys.
+    keys_out: Arc<KeysOutTally>,
 }
 
 /// Weight of one acknowledgement in the latency average.
@@ -123,6 +142,10 @@ const LATENCY_WEIGHT: f64 = 0.05;
 /// The share of the latency target the acknowledgements' average may reach while the limit
 /// grows: beyond it publishes mostly wait in the broker's queue.
 const GROWTH_LATENCY_SHARE: f64 = 0.25;
+
+/// Rows per key out from which more rows in flight count as batching: a little over one, so
+/// that a key per row (exactly one) does not, while a few repeated keys among thousands do.
+const BATCHING_ROWS_PER_KEY: f64 = 1.1;
 
 impl PublishLimit {
     /// Starts at `initial`, an initial window as TCP's: the limit finds the broker's pace from
@@ -140,6 +163,7 @@ impl PublishLimit {
                 probe_after: None,
                 latency_ms: 0.0,
             }),
+            keys_out: Arc::default(),
         });
         limit.snapshot().publish_gauges();
         limit
@@ -178,6 +202,19 @@ impl PublishLimit {
         }
     }
 
+    /// Where claimers count the rows and keys they hand to key publishers.
+    pub fn keys_out(&self) -> Arc<KeysOutTally> {
+        self.keys_out.clone()
+    }
+
+    /// Whether more rows in flight can speed the relay up: while the keys out leave room on
+    /// the connection (more requests at once), or while rows share keys (bigger requests).
+    fn more_rows_would_help(&self) -> bool {
+        let (rows, keys) = self.keys_out.rows_and_keys();
+        keys < self.settings.requests_the_connection_carries
+            || rows as f64 >= BATCHING_ROWS_PER_KEY * keys as f64
+    }
+
     fn release(&self, count: usize) {
         let mut state = self.state();
         state.in_flight = state.in_flight.saturating_sub(count);
@@ -198,6 +235,15 @@ impl PublishLimit {
             if !self.shrank_recently(&state) {
                 let ratio = self.settings.latency_target.as_secs_f64() / latency.as_secs_f64();
                 self.shrink(&mut state, Congestion::SlowAck(ratio));
+            }
+        } else if !self.more_rows_would_help() {
+            // A key per row and the connection full: rows beyond what it carries only wait.
+            let carried = self
+                .settings
+                .requests_the_connection_carries
+                .max(self.settings.min) as f64;
+            if state.limit > carried {
+                state.limit = (state.limit - 1.0).max(carried);
             }
         } else if state.in_flight * 2 >= state.limit as usize
             && state.latency_ms
@@ -254,6 +300,7 @@ impl PublishLimit {
         LimitSnapshot {
             limit: state.effective_limit(),
             in_flight: state.in_flight,
+            keys_out: self.keys_out.rows_and_keys().1,
             latency_ms: state.latency_ms,
         }
     }
@@ -302,6 +349,8 @@ impl Drop for Permits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::keys_out::KeysOut;
+    use crate::outbox::publisher::PublisherKey;
 
     fn limit(min: usize, max: usize) -> Arc<PublishLimit> {
         starting_at(min, min, max)
@@ -313,6 +362,7 @@ mod tests {
             initial,
             max,
             latency_target: Duration::from_millis(500),
+            requests_the_connection_carries: 100,
             broker_backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
         })
     }
@@ -400,6 +450,70 @@ mod tests {
             "within max"
         );
         assert_eq!(starting_at(1, 10, 500).snapshot().limit, 10, "within min");
+    }
+
+    /// Keys out as claimers would count them: `keys` keys with `rows_each` rows out.
+    fn keys_out(limit: &Arc<PublishLimit>, keys: usize, rows_each: usize) -> KeysOut {
+        let mut out = KeysOut::new(limit.keys_out());
+        for k in 0..keys {
+            out.handed(&PublisherKey::new("t".into(), k.to_string()), rows_each);
+        }
+        out
+    }
+
+    #[test]
+    fn with_a_key_per_row_past_what_the_connection_carries_the_limit_gives_rows_back() {
+        // The connection carries 100 requests (see `limit`).
+        let limit = starting_at(400, 10, 1_000);
+        let _held = limit.try_acquire(400);
+        let _out = keys_out(&limit, 400, 1);
+        assert_eq!(limit.snapshot().keys_out, 400);
+        for _ in 0..250 {
+            limit.on_acked(Duration::from_millis(1));
+        }
+        assert_eq!(
+            limit.snapshot().limit,
+            150,
+            "one row back per acknowledgement"
+        );
+        for _ in 0..250 {
+            limit.on_acked(Duration::from_millis(1));
+        }
+        assert_eq!(
+            limit.snapshot().limit,
+            100,
+            "down to what the connection carries"
+        );
+    }
+
+    #[test]
+    fn rows_that_share_keys_grow_the_limit_past_what_the_connection_carries() {
+        let limit = starting_at(400, 10, 1_000);
+        let _held = limit.try_acquire(400);
+        let _out = keys_out(&limit, 200, 2);
+        for _ in 0..100 {
+            limit.on_acked(Duration::from_millis(1));
+        }
+        assert_eq!(
+            limit.snapshot().limit,
+            500,
+            "two rows a request: more batch"
+        );
+    }
+
+    #[test]
+    fn keys_fewer_than_the_connection_carries_grow_the_limit_even_a_row_each() {
+        let limit = starting_at(50, 10, 1_000);
+        let _held = limit.try_acquire(50);
+        let _out = keys_out(&limit, 50, 1);
+        for _ in 0..50 {
+            limit.on_acked(Duration::from_millis(1));
+        }
+        assert_eq!(
+            limit.snapshot().limit,
+            100,
+            "room for more requests at once"
+        );
     }
 
     #[test]

@@ -25,6 +25,12 @@ use tokio::sync::OnceCell;
 /// per-key state of a client to this many keys (~17 MB at 1,000).
 pub const KEYS_PER_CLIENT: u32 = 1_000;
 
+/// Publish requests the relay's one connection sends or queues at once: the official crate's
+/// gRPC channel sends 100 at a time per subchannel (one by default) and queues up to 1,024
+/// more (google-cloud-gax-internal 0.7.21, `grpc.rs`: `concurrency_limit(100)`,
+/// `DEFAULT_REQUEST_BUFFER_CAPACITY`). Requests beyond it wait in the client.
+pub const REQUESTS_THE_CONNECTION_CARRIES: usize = 100 + 1_024;
+
 /// A topic client of one generation; counted while alive.
 pub struct TopicClient {
     pub publisher: Publisher,
