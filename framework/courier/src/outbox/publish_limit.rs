@@ -461,6 +461,14 @@ mod tests {
         out
     }
 
+    /// The limit after `acks` fast acknowledgements.
+    fn after_fast_acks(limit: &PublishLimit, acks: usize) -> usize {
+        for _ in 0..acks {
+            limit.on_acked(Duration::from_millis(1));
+        }
+        limit.snapshot().limit
+    }
+
     #[test]
     fn with_a_key_per_row_past_what_the_connection_carries_the_limit_gives_rows_back() {
         // The connection carries 100 requests (see `limit`).
@@ -468,22 +476,8 @@ mod tests {
         let _held = limit.try_acquire(400);
         let _out = keys_out(&limit, 400, 1);
         assert_eq!(limit.snapshot().keys_out, 400);
-        for _ in 0..250 {
-            limit.on_acked(Duration::from_millis(1));
-        }
-        assert_eq!(
-            limit.snapshot().limit,
-            150,
-            "one row back per acknowledgement"
-        );
-        for _ in 0..250 {
-            limit.on_acked(Duration::from_millis(1));
-        }
-        assert_eq!(
-            limit.snapshot().limit,
-            100,
-            "down to what the connection carries"
-        );
+        assert_eq!(after_fast_acks(&limit, 250), 150, "a row back per ack");
+        assert_eq!(after_fast_acks(&limit, 250), 100, "down to what it carries");
     }
 
     #[test]
@@ -491,14 +485,7 @@ mod tests {
         let limit = starting_at(400, 10, 1_000);
         let _held = limit.try_acquire(400);
         let _out = keys_out(&limit, 200, 2);
-        for _ in 0..100 {
-            limit.on_acked(Duration::from_millis(1));
-        }
-        assert_eq!(
-            limit.snapshot().limit,
-            500,
-            "two rows a request: more batch"
-        );
+        assert_eq!(after_fast_acks(&limit, 100), 500, "two rows a request");
     }
 
     #[test]
@@ -506,14 +493,7 @@ mod tests {
         let limit = starting_at(50, 10, 1_000);
         let _held = limit.try_acquire(50);
         let _out = keys_out(&limit, 50, 1);
-        for _ in 0..50 {
-            limit.on_acked(Duration::from_millis(1));
-        }
-        assert_eq!(
-            limit.snapshot().limit,
-            100,
-            "room for more requests at once"
-        );
+        assert_eq!(after_fast_acks(&limit, 50), 100, "room for more requests");
     }
 
     #[test]
