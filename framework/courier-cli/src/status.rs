@@ -49,6 +49,8 @@ struct RelayStatus {
     publishes_in_flight: Option<i32>,
     /// Recent acknowledgement latency.
     publish_latency_ms: Option<f64>,
+    /// Ordering keys among the rows in flight: the publish requests asked of the connection.
+    publish_keys_out: Option<i32>,
 }
 
 #[derive(Serialize)]
@@ -108,6 +110,7 @@ async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
             publish_limit: r.get("publish_limit"),
             publishes_in_flight: r.get("publishes_in_flight"),
             publish_latency_ms: r.get("publish_latency_ms"),
+            publish_keys_out: r.get("publish_keys_out"),
         })
         .collect();
     drop(conn);
@@ -158,8 +161,14 @@ fn print(status: &Status) {
     for r in &status.relays {
         match (r.publish_limit, r.publishes_in_flight, r.publish_latency_ms) {
             (Some(limit), Some(in_flight), Some(latency)) => println!(
-                "  relay    {} ({} shards): {} of {} publishes in flight, latency {:.0} ms",
-                r.instance, r.shards, in_flight, limit, latency
+                "  relay    {} ({} shards): {} of {} publishes in flight ({} ordering keys), \
+                 latency {:.0} ms",
+                r.instance,
+                r.shards,
+                in_flight,
+                limit,
+                r.publish_keys_out.unwrap_or(0),
+                latency
             ),
             _ => println!(
                 "  relay    {} ({} shards): no publish figures yet",

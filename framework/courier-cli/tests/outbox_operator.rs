@@ -205,6 +205,7 @@ async fn status_shows_each_relays_publish_limit() -> anyhow::Result<()> {
             let relay = &status["relays"][0];
             status["pending"] == 0
                 && relay["publishes_in_flight"] == 0
+                && relay["publish_keys_out"] == 0
                 && relay["publish_latency_ms"]
                     .as_f64()
                     .is_some_and(|ms| ms > 0.0)
@@ -223,7 +224,9 @@ async fn status_shows_each_relays_publish_limit() -> anyhow::Result<()> {
     let (ok, text, stderr) = courier(&db, &["status"]).await;
     assert!(ok, "{stderr}");
     assert!(
-        text.contains(&format!("0 of {limit} publishes in flight")),
+        text.contains(&format!(
+            "0 of {limit} publishes in flight (0 ordering keys)"
+        )),
         "{text}"
     );
     relay.kill();

@@ -107,6 +107,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0015_versions_ledger",
             sql: include_str!("../../../migrations/courier/0015_versions_ledger.sql"),
         },
+        Migration {
+            version: 16,
+            name: "0016_relay_keys_out",
+            sql: include_str!("../../../migrations/courier/0016_relay_keys_out.sql"),
+        },
     ],
 };
 

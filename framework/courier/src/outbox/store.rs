@@ -379,6 +379,7 @@ impl OutboxStore {
                     &as_int(limit.limit),
                     &as_int(limit.in_flight),
                     &limit.latency_ms,
+                    &as_int(limit.keys_out),
                 ],
             )
             .await
