@@ -25,7 +25,7 @@
 //! latency; capped at 1,500, the drain ran 10 % faster (0.88 of a raw publish against 0.80).
 //! A fixed cap in rows would not do: 1,000 keys need their 25,600 rows in flight to batch
 //! (capped at 1,500, that drain fell from 0.47 to 0.33 of a raw publish).
-
+//!
 //! A timeout, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` or `UNAVAILABLE` puts the relay in probe
 //! mode, as a timeout collapses TCP's window to one segment: until the broker acknowledges a
 //! publish again, one row at a time goes out, each after the broker's backoff; then the limit

@@ -1,6 +1,6 @@
 -- Registers this relay instance as alive, with what its publish limit sees ($4 limit, $5 rows
--- in flight, $6 latency in ms, $7 ordering keys out), and returns how many instances are alive (heartbeat within $3
--- seconds), this one included. Long-dead instances are forgotten.
+-- in flight, $6 latency in ms, $7 ordering keys out), and returns how many instances are alive
+-- (heartbeat within $3 seconds), this one included. Long-dead instances are forgotten.
 WITH beat AS (
     INSERT INTO {schema}.relay_instances
         (instance_id, owned_shards, publish_limit, publishes_in_flight, publish_latency_ms,
