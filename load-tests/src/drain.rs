@@ -6,7 +6,7 @@
 //!   also through a new client every 1,000 keys, as the relay's bounded memory has it publish
 //!   (faster on this machine than one client keeping every key's state), with the bound, with
 //!   what the relay's connection carries in flight and with 400 (faster still with a key per
-//!   row), and the fastest is the ceiling;
+//!   row), and the ceiling is the one with the highest median rate over the pairs;
 //! - PostgreSQL's raw claim-and-mark: one statement claiming 200 rows `FOR UPDATE SKIP LOCKED`
 //!   and marking them published, no publishing.
 //!
@@ -90,7 +90,7 @@ pub struct DrainArgs {
     warm_up_rounds: u32,
     /// Unacknowledged publishes allowed at once in the raw publish ceiling (with unique keys,
     /// the raw publish through a client per 1,000 keys also runs at what the relay's
-    /// connection carries, 1,124, and at 400, and the fastest counts).
+    /// connection carries, 1,124, and at 400, and the fastest over all pairs counts).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     publish_in_flight: u32,
     /// Raw publishes and relay drains measured in alternating order (raw first, then relay
@@ -193,6 +193,7 @@ pub async fn run(args: DrainArgs) -> anyhow::Result<Report> {
         per_generation,
         relay,
         relay_cpu,
+        ceiling: _,
     } = pair;
     let relay = relay.whole;
 
@@ -381,6 +382,9 @@ struct Pair {
     per_generation: Vec<Phase>,
     relay: Phase,
     relay_cpu: CpuUse,
+    /// Which of [`Pair::raw_phases`] is the ceiling: the one fastest over all pairs (see
+    /// [`fastest_raw_phase`]), the same in every pair.
+    ceiling: usize,
 }
 
 impl Pair {
@@ -388,22 +392,31 @@ impl Pair {
         std::iter::once(&self.raw_publish).chain(&self.per_generation)
     }
 
-    /// The faster raw publish: the ceiling the relay is held to.
+    /// The fastest raw publish: the ceiling the relay is held to.
     fn raw_ceiling(&self) -> &Rate {
-        let faster = |a: &&Rate, b: &&Rate| a.per_second.total_cmp(&b.per_second);
-        let rates = self.raw_phases().map(|p| &p.whole);
-        rates.max_by(faster).unwrap_or(&self.raw_publish.whole)
+        self.raw_phases()
+            .nth(self.ceiling)
+            .map_or(&self.raw_publish.whole, |p| &p.whole)
     }
 
     fn ratio(&self) -> f64 {
         self.relay.whole.per_second / self.raw_ceiling().per_second.max(f64::MIN_POSITIVE)
     }
 
-    /// The faster raw publish's middle 90 % against the relay's: what each sustains, without
-    /// the relay's start, which the raw publish (connection open, emulator warm) does not pay.
+    /// The relay against the fastest raw publish of this pair alone: the max of several noisy
+    /// rates, so higher than any one of them would be on average (shown, not judged).
+    fn ratio_to_pair_fastest(&self) -> f64 {
+        let fastest = self
+            .raw_phases()
+            .map(|p| p.whole.per_second)
+            .fold(0.0, f64::max);
+        self.relay.whole.per_second / fastest.max(f64::MIN_POSITIVE)
+    }
+
+    /// The ceiling's middle 90 % against the relay's: what each sustains, without the relay's
+    /// start, which the raw publish (connection open, emulator warm) does not pay.
     fn middle_rates(&self) -> Option<(Rate, Rate)> {
-        let faster = |a: &Rate, b: &Rate| a.per_second.total_cmp(&b.per_second);
-        let raw = self.raw_phases().filter_map(Phase::middle).max_by(faster)?;
+        let raw = self.raw_phases().nth(self.ceiling)?.middle()?;
         Some((raw, self.relay.middle()?))
     }
 
@@ -462,8 +475,18 @@ async fn ceiling_pairs(
             per_generation,
             relay,
             relay_cpu,
+            ceiling: 0,
         });
     }
+    let ceiling = fastest_raw_phase(&pairs);
+    for pair in &mut pairs {
+        pair.ceiling = ceiling;
+    }
+    let against_each_fastest = lower_median(
+        pairs.iter().map(Pair::ratio_to_pair_fastest).collect(),
+        |r| *r,
+    )
+    .unwrap_or(0.0);
     let listed = pairs
         .iter()
         .enumerate()
@@ -496,8 +519,12 @@ async fn ceiling_pairs(
          publish's CPU per event over the relay drain's, what the ratio would be with both \
          keeping the cores equally busy, so it moves with the relay's cost and not with the \
          emulator's pace; \"middle 90 %\": the same rates timed from the 5 % to the 95 % \
-         mark of each phase's events): {listed}; by CPU over all pairs: {pooled:.3}",
-        args.pairs
+         mark of each phase's events): {listed}; by CPU over all pairs: {pooled:.3}; the \
+         ceiling is the raw publish with the highest median rate over the pairs ({}); against \
+         each pair's own fastest raw publish instead (the highest of several noisy rates) the \
+         median ratio reads {against_each_fastest:.2}",
+        args.pairs,
+        median.raw_ceiling().name,
     );
     let (relay_db, config) = last.context("at least one pair is measured")?;
     Ok(Measured {
@@ -533,6 +560,25 @@ fn relay_start_note(relay: &Milestones) -> String {
         seconds(relay.first_seconds()),
         seconds(relay.start_and_tail_seconds()),
     )
+}
+
+/// Which raw publish is the ceiling: the one whose median rate over the pairs is highest
+/// (index into [`Pair::raw_phases`]). Not each pair's fastest: with three windows measured
+/// per pair, the highest of three rates that swing ±5 % with the emulator's pace is above
+/// what any one window sustains, and the relay, measured once per pair, would be held to that.
+fn fastest_raw_phase(pairs: &[Pair]) -> usize {
+    let phases = pairs.first().map_or(0, |p| p.raw_phases().count());
+    let median_rate = |i: usize| {
+        let rates = pairs
+            .iter()
+            .filter_map(|p| p.raw_phases().nth(i))
+            .map(|p| p.whole.per_second)
+            .collect();
+        lower_median(rates, |r| *r).unwrap_or(0.0)
+    };
+    (0..phases)
+        .max_by(|&a, &b| median_rate(a).total_cmp(&median_rate(b)))
+        .unwrap_or(0)
 }
 
 /// The raw publishes' machine CPU over the relay drains', summed over all pairs: the by-CPU
@@ -1055,7 +1101,7 @@ async fn relay_drain_phase(
 
 #[cfg(test)]
 mod tests {
-    use super::{lower_median, pooled_cpu_ratio, Pair, Phase, CLAIM_AND_MARK};
+    use super::{fastest_raw_phase, lower_median, pooled_cpu_ratio, Pair, Phase, CLAIM_AND_MARK};
     use crate::cpu::CpuUse;
     use crate::middle::Milestones;
     use crate::report::Rate;
@@ -1106,6 +1152,7 @@ mod tests {
                 per_generation: Vec::new(),
                 relay: phase,
                 relay_cpu: cpu(relay),
+                ceiling: 0,
             }
         };
         // 0.9 and 0.5 per pair; pooled (9 + 10) / (10 + 20), not their mean 0.7.
@@ -1115,7 +1162,7 @@ mod tests {
     }
 
     #[test]
-    fn the_relay_is_held_to_the_fastest_raw_publish_of_every_window() {
+    fn the_relay_is_held_to_the_raw_publish_fastest_over_all_pairs() {
         let phase = |name: &str, per_second: f64| Phase {
             whole: Rate::new(name, per_second as u64, 1.0),
             milestones: Milestones::start(1),
@@ -1126,15 +1173,35 @@ mod tests {
             own: 0.0,
             emulator: 0.0,
         };
-        let pair = Pair {
+        let pair = |narrow: f64, wide: f64| Pair {
             raw_publish: phase("one client", 12_000.0),
             publish_cpu: cpu,
-            per_generation: vec![phase("10000 in flight", 13_000.0), phase("1124", 16_000.0)],
+            per_generation: vec![phase("400", narrow), phase("1124", wide)],
             relay: phase("relay", 12_800.0),
             relay_cpu: cpu,
+            ceiling: 0,
         };
-        assert_eq!(pair.raw_ceiling().name, "1124");
-        assert!((pair.ratio() - 0.8).abs() < 1e-9);
+        // 400 is fastest in one pair only (by noise); 1,124 has the higher median.
+        let mut pairs = vec![
+            pair(17_000.0, 16_000.0),
+            pair(15_000.0, 16_000.0),
+            pair(14_000.0, 15_000.0),
+        ];
+        let ceiling = fastest_raw_phase(&pairs);
+        for p in &mut pairs {
+            p.ceiling = ceiling;
+        }
+        assert_eq!(
+            pairs[0].raw_ceiling().name,
+            "1124",
+            "not pair 1's fastest, 400"
+        );
+        assert!((pairs[0].ratio() - 0.8).abs() < 1e-9);
+        assert!((pairs[0].ratio_to_pair_fastest() - 12_800.0 / 17_000.0).abs() < 1e-9);
+        // A raw publish that is fastest in every pair is the ceiling whatever its name.
+        let single = vec![pair(18_000.0, 16_000.0), pair(17_500.0, 16_000.0)];
+        assert_eq!(fastest_raw_phase(&single), 1);
+        assert_eq!(fastest_raw_phase(&[]), 0);
     }
 
     #[test]
