@@ -478,10 +478,7 @@ async fn ceiling_pairs(
             ceiling: 0,
         });
     }
-    let ceiling = fastest_raw_phase(&pairs);
-    for pair in &mut pairs {
-        pair.ceiling = ceiling;
-    }
+    hold_to_fastest_raw_phase(&mut pairs);
     let against_each_fastest = lower_median(
         pairs.iter().map(Pair::ratio_to_pair_fastest).collect(),
         |r| *r,
@@ -564,21 +561,31 @@ fn relay_start_note(relay: &Milestones) -> String {
 
 /// Which raw publish is the ceiling: the one whose median rate over the pairs is highest
 /// (index into [`Pair::raw_phases`]). Not each pair's fastest: with three windows measured
-/// per pair, the highest of three rates that swing ±5 % with the emulator's pace is above
+/// per pair, the highest of three rates that swing ±5–10 % with the emulator's pace is above
 /// what any one window sustains, and the relay, measured once per pair, would be held to that.
 fn fastest_raw_phase(pairs: &[Pair]) -> usize {
     let phases = pairs.first().map_or(0, |p| p.raw_phases().count());
-    let median_rate = |i: usize| {
-        let rates = pairs
-            .iter()
-            .filter_map(|p| p.raw_phases().nth(i))
-            .map(|p| p.whole.per_second)
-            .collect();
-        lower_median(rates, |r| *r).unwrap_or(0.0)
-    };
+    let median_rates: Vec<f64> = (0..phases)
+        .map(|i| {
+            let rates = pairs
+                .iter()
+                .filter_map(|p| p.raw_phases().nth(i))
+                .map(|p| p.whole.per_second)
+                .collect();
+            lower_median(rates, |r| *r).unwrap_or(0.0)
+        })
+        .collect();
     (0..phases)
-        .max_by(|&a, &b| median_rate(a).total_cmp(&median_rate(b)))
+        .max_by(|&a, &b| median_rates[a].total_cmp(&median_rates[b]))
         .unwrap_or(0)
+}
+
+/// Holds every pair to the same ceiling, [`fastest_raw_phase`].
+fn hold_to_fastest_raw_phase(pairs: &mut [Pair]) {
+    let ceiling = fastest_raw_phase(pairs);
+    for pair in pairs {
+        pair.ceiling = ceiling;
+    }
 }
 
 /// The raw publishes' machine CPU over the relay drains', summed over all pairs: the by-CPU
@@ -1101,7 +1108,10 @@ async fn relay_drain_phase(
 
 #[cfg(test)]
 mod tests {
-    use super::{fastest_raw_phase, lower_median, pooled_cpu_ratio, Pair, Phase, CLAIM_AND_MARK};
+    use super::{
+        fastest_raw_phase, hold_to_fastest_raw_phase, lower_median, pooled_cpu_ratio, Pair, Phase,
+        CLAIM_AND_MARK,
+    };
     use crate::cpu::CpuUse;
     use crate::middle::Milestones;
     use crate::report::Rate;
@@ -1187,10 +1197,7 @@ mod tests {
             pair(15_000.0, 16_000.0),
             pair(14_000.0, 15_000.0),
         ];
-        let ceiling = fastest_raw_phase(&pairs);
-        for p in &mut pairs {
-            p.ceiling = ceiling;
-        }
+        hold_to_fastest_raw_phase(&mut pairs);
         assert_eq!(
             pairs[0].raw_ceiling().name,
             "1124",
