@@ -85,7 +85,7 @@ pub async fn fill_from(
 pub async fn set_shards_idle(db: &TestDb, shard_count: u32, idle: bool) -> anyhow::Result<()> {
     let store = OutboxStore::new(db.pool.clone(), &db.config.schema);
     for shard in 0..shard_count {
-        store.set_shard_idle(shard, idle).await?;
+        store.set_shard_idle(shard, idle, None).await?;
     }
     Ok(())
 }

@@ -112,6 +112,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0016_relay_keys_out",
             sql: include_str!("../../../migrations/courier/0016_relay_keys_out.sql"),
         },
+        Migration {
+            version: 17,
+            name: "0017_log_shard_idle_flags",
+            sql: include_str!("../../../migrations/courier/0017_log_shard_idle_flags.sql"),
+        },
     ],
 };
 

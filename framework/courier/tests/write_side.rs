@@ -159,6 +159,10 @@ fn spawn(config: &CourierConfig, options: RelayOptions) -> anyhow::Result<RelayH
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Shards whose newest idle flag says idle.
+const IDLE_SHARDS: &str = "SELECT count(*) FROM (SELECT DISTINCT ON (shard) idle \
+     FROM courier.outbox_idle_flags ORDER BY shard, flag_seq DESC) f WHERE idle";
+
 #[tokio::test]
 async fn committed_events_arrive_with_attributes_and_rolled_back_ones_never_do(
 ) -> anyhow::Result<()> {
@@ -537,7 +541,11 @@ async fn a_row_claimed_behind_an_acknowledged_unmarked_lone_row_goes_out_at_once
     s.db.pool
         .get()
         .await?
-        .execute("UPDATE courier.outbox_shard_state SET idle = true", &[])
+        .execute(
+            "INSERT INTO courier.outbox_idle_flags (shard, idle) \
+             SELECT shard, true FROM courier.outbox_shard_state",
+            &[],
+        )
         .await?;
     commit(&s.db, &s.config, vec![event(&s.topic, "paced", 2)]).await?;
     wait_until(
@@ -759,7 +767,7 @@ async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
         relay.owned_shards().await.len() == 4
             && count(
                 &s.db,
-                "SELECT count(*) FROM courier.outbox_shard_state WHERE idle",
+                IDLE_SHARDS,
             )
             .await
                 == 4
@@ -784,7 +792,7 @@ async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
         wait_until(WAIT, "shards idle again", || async {
             count(
                 &s.db,
-                "SELECT count(*) FROM courier.outbox_shard_state WHERE idle",
+                IDLE_SHARDS,
             )
             .await
                 == 4
@@ -801,7 +809,7 @@ async fn only_appends_with_wakeups_notify_an_idle_shard() -> anyhow::Result<()> 
     let config = test_config(&db, &pubsub);
     let store = courier::outbox::store::OutboxStore::new(db.pool.clone(), &db.config.schema);
     for shard in 0..config.relay.shard_count {
-        store.set_shard_idle(shard, true).await?;
+        store.set_shard_idle(shard, true, None).await?;
     }
     // A session of our own LISTENs; notifications arrive in commit order.
     let (listener, mut connection) = db

@@ -23,7 +23,8 @@ use crate::outbox::keys_out::KeysOut;
 use crate::outbox::marking::{Marking, RowMeta};
 use crate::outbox::publish_limit::Permits;
 use crate::outbox::publisher::{PublishOutcome, PublisherKey, Publishers};
-use crate::outbox::scan_from::ScanFrom;
+use crate::db::DbError;
+use crate::outbox::scan_from::{Scan, ScanFrom};
 use crate::outbox::store::{ClaimedRow, OutboxStore};
 use crate::supervision::Supervision;
 use actix::prelude::*;
@@ -55,7 +56,10 @@ const LIMIT_RECHECK: Duration = Duration::from_millis(50);
 /// New rows may be waiting: claim now.
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
-pub struct OutboxNotified;
+pub struct OutboxNotified {
+    /// Rows may also be waiting below where claims look: scan from the shard's start.
+    pub rescan: bool,
+}
 
 /// Stop claiming, let in-flight batches finish and be marked, then stop; `drained` fires then.
 #[derive(Message)]
@@ -102,8 +106,10 @@ pub struct Claimer {
     marking: bool,
     /// A mark waiting for more outcomes (see [`MARK_GATHER_ROWS`]).
     mark_linger: Option<SpawnHandle>,
-    /// What this claimer last wrote to `outbox_shard_state.idle`.
+    /// What this claimer last wrote as its shard's idle flag.
     idle_flagged: bool,
+    /// The `flag_seq` of that flag, which the next one supersedes (`None` before the first).
+    idle_flag_seq: Option<i64>,
     /// Empty polls in a row (the backoff exponent).
     empty_polls: u32,
     poll_timer: Option<SpawnHandle>,
@@ -144,6 +150,7 @@ impl Claimer {
             marking: false,
             mark_linger: None,
             idle_flagged: false,
+            idle_flag_seq: None,
             empty_polls: 0,
             poll_timer: None,
             draining: None,
@@ -177,12 +184,36 @@ impl Claimer {
         let lease = self.config.claim_lease();
         let asked = permits.count();
         let limit = u32::try_from(asked).unwrap_or(u32::MAX);
-        let from_seq = self.scan_from.next();
+        let scan = self.scan_from.next();
         ctx.spawn(
-            async move { store.claim_from(shard, token, lease, limit, from_seq).await }
-                .into_actor(self)
-                .map(move |result, act, ctx| {
+            async move {
+                let (from_seq, floor) = match scan {
+                    Scan::From(seq) => (seq, None),
+                    Scan::Full {
+                        floor,
+                        regular,
+                        rewinds,
+                    } => {
+                        let (found, snapshot) = store.claim_floor(shard, token, floor).await?;
+                        (found.min(regular), Some((rewinds, found, snapshot)))
+                    }
+                };
+                let claimed = store
+                    .claim_from(shard, token, lease, limit, from_seq)
+                    .await?;
+                Ok((from_seq, floor, claimed))
+            }
+            .into_actor(self)
+            .map(move |result: Result<_, DbError>, act, ctx| {
                     act.claiming = false;
+                    let from_seq = result.as_ref().map_or(-1, |(from_seq, _, _)| *from_seq);
+                    let result = result.map(|(from_seq, floor, claimed)| {
+                        if let Some((rewinds, found, snapshot)) = floor {
+                            act.scan_from.floor_found(rewinds, found, snapshot);
+                        }
+                        act.scan_from.claimed(from_seq, asked, &claimed);
+                        claimed
+                    });
                     tracing::debug!(
                         shard = act.shard,
                         in_flight = act.in_flight,
@@ -191,9 +222,8 @@ impl Claimer {
                         claim_ms = claim_started.elapsed().as_millis() as u64,
                         "claimed"
                     );
-                    match &result {
-                        Ok(claimed) => act.scan_from.claimed(from_seq, asked, claimed),
-                        Err(_) => act.scan_from.rewind(),
+                    if result.is_err() {
+                        act.scan_from.rewind();
                     }
                     match result.map(|claimed| claimed.rows) {
                         Ok(rows) if !rows.is_empty() => {
@@ -261,12 +291,13 @@ impl Claimer {
     fn set_idle(&mut self, idle: bool, ctx: &mut Context<Self>) {
         self.idle_flagged = idle;
         let store = self.store.clone();
-        let shard = self.shard;
+        let (shard, previous) = (self.shard, self.idle_flag_seq);
         ctx.wait(
-            async move { store.set_shard_idle(shard, idle).await }
+            async move { store.set_shard_idle(shard, idle, previous).await }
                 .into_actor(self)
-                .map(move |result, act, _| {
-                    if let Err(e) = result {
+                .map(move |result, act, _| match result {
+                    Ok(flag_seq) => act.idle_flag_seq = Some(flag_seq),
+                    Err(e) => {
                         tracing::warn!(shard = act.shard, idle, error = %e, "could not record shard idle flag");
                         // Unknown state: make the next transition write again.
                         act.idle_flagged = !idle;
@@ -312,6 +343,7 @@ impl Claimer {
                         address: r.address,
                         event_id: r.event_id,
                         attempts: r.publish_attempts,
+                        retried: r.retried,
                     },
                 );
             }
@@ -388,9 +420,16 @@ impl Claimer {
         }
         self.marking = true;
         let outcomes = std::mem::take(&mut self.settled);
-        let gave_back = outcomes
+        // Rows that went back (given back untried, failed) and rows published after a retry,
+        // whose key's later versions waited behind them: claimable again from the lowest.
+        let rewind_to = outcomes
             .iter()
-            .any(|o| !matches!(o, PublishOutcome::Published { .. }));
+            .filter(|o| {
+                !matches!(o, PublishOutcome::Published { .. })
+                    || self.rows.get(&o.seq()).is_some_and(|meta| meta.retried)
+            })
+            .map(PublishOutcome::seq)
+            .min();
         let count = outcomes.len();
         let batch = Marking {
             rows: outcomes
@@ -430,9 +469,9 @@ impl Claimer {
                         act.forget_acked(meta.key, meta.version);
                     }
                 }
-                if gave_back {
+                if let Some(seq) = rewind_to {
                     // Once marked they are claimable again, below where claims look.
-                    act.scan_from.rewind();
+                    act.scan_from.rewind_to(seq);
                 }
                 if let Err(e) = result {
                     // Rows stay claimed by this token; a restart takes a new token so they
@@ -552,7 +591,10 @@ impl StreamHandler<Vec<PublishOutcome>> for Claimer {
 impl Handler<OutboxNotified> for Claimer {
     type Result = ();
 
-    fn handle(&mut self, _: OutboxNotified, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: OutboxNotified, ctx: &mut Self::Context) {
+        if msg.rescan {
+            self.scan_from.rescan_all();
+        }
         self.empty_polls = 0;
         self.claim(ctx);
     }

@@ -29,6 +29,10 @@ pub(super) struct RowMeta {
     pub event_id: Uuid,
     /// Attempts before this claim.
     pub attempts: i32,
+    /// It had failed before (see [`ClaimedRow::retried`]).
+    ///
+    /// [`ClaimedRow::retried`]: crate::outbox::store::ClaimedRow::retried
+    pub retried: bool,
 }
 
 /// One round of marks: the settled rows' metadata and what writing their outcomes needs.

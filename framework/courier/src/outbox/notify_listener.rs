@@ -12,6 +12,10 @@ use futures::stream::StreamExt;
 use std::sync::Arc;
 use tokio_postgres::{AsyncMessage, Client};
 
+/// The word after a shard in a wake's payload (`"7 rescan"`) asking its claimer to scan from the
+/// shard's start: rows below where its claims look became claimable (an operator's action).
+pub const RESCAN: &str = "rescan";
+
 pub struct NotifyListener {
     db: DatabaseConfig,
     channel: String,
@@ -63,7 +67,10 @@ impl NotifyListener {
                                 .map(|result, act, ctx| match result {
                                     Ok(()) => {
                                         tracing::info!(channel = %act.channel, "listening for outbox wakes");
-                                        act.target.do_send(WakeShard { shard: None });
+                                        act.target.do_send(WakeShard {
+                                            shard: None,
+                                            rescan: true,
+                                        });
                                     }
                                     Err(e) => {
                                         tracing::warn!(error = %e, "LISTEN failed");
@@ -113,9 +120,11 @@ impl StreamHandler<Result<AsyncMessage, tokio_postgres::Error>> for NotifyListen
     ) {
         match item {
             Ok(AsyncMessage::Notification(n)) => {
-                let shard = n.payload().parse::<u32>().ok();
+                let mut words = n.payload().split_whitespace();
+                let shard = words.next().and_then(|word| word.parse::<u32>().ok());
+                let rescan = words.next() == Some(RESCAN);
                 // Wakes are hints; when the owner's mailbox is full one is already queued.
-                let _ = self.target.try_send(WakeShard { shard });
+                let _ = self.target.try_send(WakeShard { shard, rescan });
             }
             Ok(_) => {}
             Err(e) => {

@@ -4,6 +4,7 @@
 
 use crate::db::{render, DbError, PgPool, PooledClient};
 use crate::outbox::append::wake_channel;
+use crate::outbox::notify_listener::RESCAN;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::time::Duration;
@@ -178,9 +179,11 @@ impl OutboxOperator {
             .await
             .map_err(DbError::query(context))?;
         let shards: Vec<i32> = rows.iter().map(|r| r.get("shard")).collect();
+        // Retried rows and rows behind a skipped one lie below where claims look: the wake
+        // asks for a scan from the shard's start.
         tx.execute(
-            "SELECT pg_notify($1, s::text) FROM unnest($2::integer[]) s",
-            &[&self.channel, &shards],
+            "SELECT pg_notify($1, s::text || ' ' || $3) FROM unnest($2::integer[]) s",
+            &[&self.channel, &shards, &RESCAN],
         )
         .await
         .map_err(DbError::query(context))?;

@@ -1,11 +1,11 @@
 //! Where a claim starts looking: the scan start of one claimer's claims (see [`ScanFrom`]).
 
-use crate::outbox::store::Claimed;
+use crate::outbox::store::{ClaimSnapshot, Claimed};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Under a steady backlog a claim scans from the shard's start at least this often, for rows
-/// a claim passed over (see [`ScanFrom`]).
+/// Under a steady backlog a claim scans from the floor at least this often, for rows a claim
+/// passed over (see [`ScanFrom`]).
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// Unsettled stretches [`ScanFrom`] keeps at most; past it the two oldest merge (which only
@@ -28,20 +28,52 @@ const MAX_UNSETTLED: usize = 32;
 ///   last row without marking the stretch unsettled: it would rescan a whole batch of rows
 ///   in flight each time.
 ///
-/// So the next claim scans from the start after any row went back or failed, and at least
-/// every [`FULL_SCAN_EVERY`]: that finds a row skipped as locked, held behind another owner's
-/// claim or a parked row, or passed over by a full claim, within that time. Order does not
-/// depend on it: a row goes out only right behind its key's earlier versions (`prev_version`),
-/// whichever claim finds them.
+/// So the next claim is a full scan after rows went back or failed, and at least every
+/// [`FULL_SCAN_EVERY`]: that finds a row skipped as locked, held behind another owner's claim,
+/// or passed over by a full claim, within that time. A full scan starts at the `floor`, not at
+/// the shard's start: while a long transaction pins the xmin horizon, every row published
+/// since the pin leaves an index entry the scan cannot skip, and a scan from the start walked
+/// all of them every second (P9). Below the floor every never-failed row is published, in
+/// flight with this claimer, or waiting behind a parked row of its key. A floor query before
+/// each full scan finds the next floor; it holds only once the transactions running when it
+/// looked have ended (one may commit a row below it), so it waits one full scan as `pending`.
+/// Rows going back lower the floor to their seq ([`ScanFrom::rewind_to`]); a row behind a
+/// parked one is found once that one is published ([`ScanFrom::rewind_to`] its seq) or by an
+/// operator's action ([`ScanFrom::rescan_all`]). Order does not depend on any of it: a row
+/// goes out only right behind its key's previous version (`prev_version`), whichever claim
+/// finds them.
 #[derive(Debug)]
 pub struct ScanFrom {
     /// The seq after the newest row claimed; 0 before the first claim.
     frontier: i64,
+    /// Where full scans start (see above).
+    floor: i64,
+    /// A floor a floor query found, and its snapshot's `xmax`: it may become the floor once a
+    /// later snapshot's `xmin` reaches that `xmax`.
+    pending_floor: Option<(i64, i64)>,
+    /// Counts rewinds: a floor query started before one may not raise the floor past the rows
+    /// that went back.
+    rewinds: u64,
     /// Stretches short claims passed over while other transactions ran, oldest first.
     unsettled: VecDeque<Unsettled>,
     last_full_scan: Instant,
-    /// Rows went back: the next claim scans from the start.
-    rescan_all: bool,
+    /// Rows went back: the next claim is a full scan.
+    full_scan_due: bool,
+}
+
+/// Where the next claim looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// From this seq on.
+    From(i64),
+    /// A full scan: find the floor from `floor` on (a floor query), then claim from there or
+    /// from `regular`, whichever is lower (`i64::MAX`: nothing claimed yet). `rewinds` goes
+    /// back with what the floor query found ([`ScanFrom::floor_found`]).
+    Full {
+        floor: i64,
+        regular: i64,
+        rewinds: u64,
+    },
 }
 
 /// Seqs from `start` on that a claim passed over while transactions below `xmax` may have
@@ -56,23 +88,54 @@ impl ScanFrom {
     pub fn start() -> Self {
         Self {
             frontier: 0,
+            floor: 0,
+            pending_floor: None,
+            rewinds: 0,
             unsettled: VecDeque::new(),
             last_full_scan: Instant::now(),
-            rescan_all: false,
+            full_scan_due: false,
         }
     }
 
-    /// The seq the next claim scans from (0: the shard's start).
-    pub fn next(&mut self) -> i64 {
-        if self.rescan_all || self.frontier == 0 || self.last_full_scan.elapsed() >= FULL_SCAN_EVERY
-        {
-            self.rescan_all = false;
-            self.last_full_scan = Instant::now();
-            return 0;
-        }
-        self.unsettled
+    /// Where the next claim looks.
+    pub fn next(&mut self) -> Scan {
+        let regular = self
+            .unsettled
             .front()
-            .map_or(self.frontier, |stretch| stretch.start)
+            .map_or(self.frontier, |stretch| stretch.start);
+        if self.full_scan_due
+            || self.frontier == 0
+            || self.last_full_scan.elapsed() >= FULL_SCAN_EVERY
+        {
+            self.full_scan_due = false;
+            self.last_full_scan = Instant::now();
+            return Scan::Full {
+                floor: self.floor,
+                regular: if self.frontier == 0 { i64::MAX } else { regular },
+                rewinds: self.rewinds,
+            };
+        }
+        Scan::From(regular)
+    }
+
+    /// A floor query of the full scan handed out with `rewinds` found `found` (the lowest seq
+    /// a claim may still take, or the seq the next row will get) in `snapshot`.
+    pub fn floor_found(&mut self, rewinds: u64, found: i64, snapshot: ClaimSnapshot) {
+        if rewinds != self.rewinds {
+            return;
+        }
+        if let Some((pending, xmax)) = self.pending_floor {
+            if snapshot.xmin >= xmax {
+                // Whatever the transactions running at the pending floor's look wrote below
+                // it is visible now, so this look (from the floor) found it: `found` is at
+                // most its seq.
+                self.floor = self.floor.max(pending.min(found));
+                self.pending_floor = None;
+            }
+        }
+        if self.pending_floor.is_none() {
+            self.pending_floor = Some((found, snapshot.xmax));
+        }
     }
 
     /// After a claim from `from` that asked for `asked` rows and took `claimed`.
@@ -107,9 +170,27 @@ impl ScanFrom {
         self.frontier = last + 1;
     }
 
-    /// Rows went back (or failed): they and what waits behind them are below the scan start.
+    /// The next claim is a full scan from the floor (a claim failed: nothing changed below).
     pub fn rewind(&mut self) {
-        self.rescan_all = true;
+        self.full_scan_due = true;
+    }
+
+    /// Rows from `seq` on may be claimable again (rows went back, or a parked row was published
+    /// and its key's later versions may go): the floor goes down to `seq`, and the next claim
+    /// is a full scan.
+    pub fn rewind_to(&mut self, seq: i64) {
+        self.floor = self.floor.min(seq);
+        if let Some((pending, _)) = &mut self.pending_floor {
+            *pending = (*pending).min(seq);
+        }
+        self.rewinds += 1;
+        self.full_scan_due = true;
+    }
+
+    /// Anything may be claimable again (an operator retried or skipped a dead row, or wakes
+    /// may have been lost): the next claim is a full scan from the shard's start.
+    pub fn rescan_all(&mut self) {
+        self.rewind_to(0);
     }
 }
 
@@ -117,6 +198,22 @@ impl ScanFrom {
 mod tests {
     use super::*;
     use crate::outbox::store::{ClaimSnapshot, ClaimedRow};
+
+    /// Where the claimer would claim from (a full scan: from the floor it holds).
+    fn start(scan: &mut ScanFrom) -> i64 {
+        match scan.next() {
+            Scan::From(seq) => seq,
+            Scan::Full { floor, regular, .. } => floor.min(regular),
+        }
+    }
+
+    fn full_scan(scan: &mut ScanFrom) -> (i64, u64) {
+        scan.last_full_scan -= FULL_SCAN_EVERY;
+        match scan.next() {
+            Scan::Full { floor, rewinds, .. } => (floor, rewinds),
+            other => panic!("expected a full scan, got {other:?}"),
+        }
+    }
 
     /// A claim's outcome: rows with these seqs, seen with transactions `xmin..xmax` running.
     fn claim(seqs: &[i64], xmin: i64, xmax: i64) -> Claimed {
@@ -132,9 +229,9 @@ mod tests {
     #[test]
     fn a_full_claim_moves_the_scan_start_past_its_last_row() {
         let mut scan = ScanFrom::start();
-        assert_eq!(scan.next(), 0, "the first claim scans the whole shard");
+        assert_eq!(start(&mut scan), 0, "the first claim scans the whole shard");
         scan.claimed(0, 2, &claim(&[5, 7], 100, 105));
-        assert_eq!(scan.next(), 8);
+        assert_eq!(start(&mut scan), 8);
     }
 
     #[test]
@@ -142,25 +239,25 @@ mod tests {
         let mut scan = ScanFrom::start();
         scan.claimed(0, 200, &claim(&[3], 90, 90));
         assert_eq!(
-            scan.next(),
+            start(&mut scan),
             4,
             "nothing was running: nothing can appear below 4"
         );
         // Transactions 100..105 were running: one may hold a seq below 7, committing later.
         scan.claimed(4, 200, &claim(&[5, 7], 100, 105));
-        assert_eq!(scan.next(), 4);
+        assert_eq!(start(&mut scan), 4);
         // Still running (xmin 103 < 105): keep looking from 4; the new stretch from 8 too.
         scan.claimed(4, 200, &claim(&[9], 103, 110));
-        assert_eq!(scan.next(), 4);
+        assert_eq!(start(&mut scan), 4);
         // All below 105 ended, and this claim looked from 4: the first stretch is settled.
         scan.claimed(4, 200, &claim(&[6], 105, 112));
         assert_eq!(
-            scan.next(),
+            start(&mut scan),
             8,
             "the stretch after 7 waits for transactions below 110"
         );
         scan.claimed(8, 200, &claim(&[11], 110, 110));
-        assert_eq!(scan.next(), 12);
+        assert_eq!(start(&mut scan), 12);
     }
 
     #[test]
@@ -168,7 +265,7 @@ mod tests {
         let mut scan = ScanFrom::start();
         scan.claimed(0, 200, &claim(&[5], 100, 105));
         scan.claimed(0, 200, &claim(&[], 0, 0));
-        assert_eq!(scan.next(), 0, "the stretch from 0 is not settled yet");
+        assert_eq!(start(&mut scan), 0, "the stretch from 0 is not settled yet");
     }
 
     #[test]
@@ -178,24 +275,24 @@ mod tests {
         scan.claimed(6, 200, &claim(&[8], 100, 105));
         // A claim from 9 (not over 6..8) cannot have seen what committed there.
         scan.claimed(9, 200, &claim(&[10], 120, 120));
-        assert_eq!(scan.next(), 6);
+        assert_eq!(start(&mut scan), 6);
     }
 
     #[test]
     fn the_scan_starts_over_after_a_rewind_or_a_while() {
         let mut scan = ScanFrom::start();
         scan.claimed(0, 1, &claim(&[7], 100, 100));
-        assert_eq!(scan.next(), 8);
+        assert_eq!(start(&mut scan), 8);
         scan.rewind();
-        assert_eq!(scan.next(), 0, "rows went back");
+        assert_eq!(start(&mut scan), 0, "rows went back");
         scan.claimed(0, 1, &claim(&[9], 100, 100));
         scan.last_full_scan -= FULL_SCAN_EVERY;
-        assert_eq!(scan.next(), 0, "a full scan is due");
+        assert_eq!(start(&mut scan), 0, "a full scan is due");
         scan.claimed(0, 1, &claim(&[10], 100, 100));
-        assert_eq!(scan.next(), 11, "and the next is a second away");
+        assert_eq!(start(&mut scan), 11, "and the next is a second away");
         scan.rewind();
         scan.claimed(11, 1, &claim(&[12], 100, 100));
-        assert_eq!(scan.next(), 0, "rows went back while that claim ran");
+        assert_eq!(start(&mut scan), 0, "rows went back while that claim ran");
     }
 
     #[test]
@@ -206,8 +303,49 @@ mod tests {
             scan.claimed(2, 200, &claim(&[seq], 60, 1_000 + seq));
         }
         assert_eq!(scan.unsettled.len(), MAX_UNSETTLED);
-        assert_eq!(scan.next(), 2);
+        assert_eq!(start(&mut scan), 2);
         scan.claimed(2, 200, &claim(&[100], 2_000, 2_000));
-        assert_eq!(scan.next(), 101, "every stretch settled at once");
+        assert_eq!(start(&mut scan), 101, "every stretch settled at once");
+    }
+
+    #[test]
+    fn a_full_scan_starts_at_a_floor_found_once_the_transactions_then_running_ended() {
+        let mut scan = ScanFrom::start();
+        scan.claimed(0, 10, &claim(&[100, 101], 50, 50));
+        let (floor, rewinds) = full_scan(&mut scan);
+        assert_eq!(floor, 0);
+        // Nothing claimable below 102 as transactions 60..70 ran: one may commit below it.
+        scan.floor_found(rewinds, 102, ClaimSnapshot { xmin: 60, xmax: 70 });
+        assert_eq!(full_scan(&mut scan).0, 0, "transactions below 70 may still write");
+        scan.floor_found(rewinds, 150, ClaimSnapshot { xmin: 65, xmax: 80 });
+        assert_eq!(full_scan(&mut scan).0, 0, "65 may still write below 102");
+        // All below 70 ended, and this look from 0 found a row at 90 they committed.
+        scan.floor_found(rewinds, 90, ClaimSnapshot { xmin: 70, xmax: 85 });
+        assert_eq!(full_scan(&mut scan).0, 90);
+        scan.floor_found(rewinds, 160, ClaimSnapshot { xmin: 85, xmax: 90 });
+        assert_eq!(full_scan(&mut scan).0, 90, "the pending floor never goes above what was found then");
+        scan.floor_found(rewinds, 170, ClaimSnapshot { xmin: 90, xmax: 95 });
+        assert_eq!(full_scan(&mut scan).0, 160);
+    }
+
+    #[test]
+    fn rows_going_back_lower_the_floor_and_void_a_floor_query_started_before() {
+        let mut scan = ScanFrom::start();
+        scan.claimed(0, 10, &claim(&[100], 50, 50));
+        let (_, rewinds) = full_scan(&mut scan);
+        scan.floor_found(rewinds, 101, ClaimSnapshot { xmin: 60, xmax: 60 });
+        let (_, rewinds) = full_scan(&mut scan);
+        scan.floor_found(rewinds, 101, ClaimSnapshot { xmin: 60, xmax: 60 });
+        assert_eq!(full_scan(&mut scan).0, 101);
+        // A floor query starts; row 100 goes back (given back untried) while it runs.
+        let (_, stale) = full_scan(&mut scan);
+        scan.rewind_to(100);
+        assert_eq!(start(&mut scan), 100, "the next claim is a full scan from 100");
+        scan.floor_found(stale, 200, ClaimSnapshot { xmin: 70, xmax: 70 });
+        let (floor, rewinds) = full_scan(&mut scan);
+        assert_eq!(floor, 100, "a look from before the rewind may have missed row 100");
+        assert_ne!(rewinds, stale);
+        scan.rescan_all();
+        assert_eq!(start(&mut scan), 0, "an operator's action: from the shard's start");
     }
 }

@@ -9,6 +9,7 @@
 
 use crate::config::{CourierConfig, RelayConfig};
 use crate::db::DbError;
+use crate::horizon::HorizonQuery;
 use crate::outbox::claimer::{BeforeMark, Claimer, OutboxNotified, StopClaiming};
 use crate::outbox::publisher::Publishers;
 use crate::outbox::shard::stable_hash;
@@ -29,6 +30,9 @@ const SHARD_OWNER_MAILBOX: usize = 64;
 #[rtype(result = "()")]
 pub struct WakeShard {
     pub shard: Option<u32>,
+    /// Rows below where claims look may be claimable (an operator retried or skipped a dead
+    /// row, or wakes may have been lost): the claimer scans from the shard's start once.
+    pub rescan: bool,
 }
 
 /// Which shards this process owns right now (for tests and `status`).
@@ -65,6 +69,8 @@ pub struct ShardOwner {
     supervision: Supervision,
     /// Namespace of this schema's shard locks (first key of the two-key advisory lock).
     lock_namespace: i32,
+    /// What holds the xmin horizon back, sampled with the backlog gauges.
+    horizon: Arc<HorizonQuery>,
     /// The dedicated connection holding the advisory locks.
     lock_client: Option<Arc<Client>>,
     owned: BTreeMap<u32, Addr<Claimer>>,
@@ -83,11 +89,13 @@ impl ShardOwner {
         let lock_namespace = i32::from_ne_bytes(
             ((stable_hash(&format!("courier-shard:{schema}")) >> 32) as u32).to_ne_bytes(),
         );
+        let horizon = Arc::new(HorizonQuery::new(schema));
         Self {
             instance_id,
             parts,
             supervision,
             lock_namespace,
+            horizon,
             lock_client: None,
             owned: BTreeMap::new(),
             releasing: BTreeSet::new(),
@@ -151,6 +159,7 @@ impl ShardOwner {
         let limit = self.parts.publishers.limit().snapshot();
         limit.publish_gauges();
         let order = shard_order(instance, shard_count);
+        let horizon = self.horizon.clone();
         ctx.spawn(
             async move {
                 // Shutting down: no heartbeat, so the row that `Deregister` deletes stays gone.
@@ -160,6 +169,7 @@ impl ShardOwner {
                     store.heartbeat(instance, &owned, lease, limit).await?
                 };
                 sample_backlog(&store).await;
+                crate::horizon::sample(&horizon, store.pool()).await;
                 let share = if shutting_down { 0 } else { shard_count.div_ceil(live) as usize };
                 let mut acquired = Vec::new();
                 if owned.len() < share {
@@ -334,18 +344,25 @@ impl Handler<WakeShard> for ShardOwner {
     type Result = ();
 
     fn handle(&mut self, msg: WakeShard, _ctx: &mut Self::Context) {
+        let wake = |claimer: &Addr<Claimer>| {
+            let notified = OutboxNotified {
+                rescan: msg.rescan,
+            };
+            if msg.rescan {
+                // Rare (operator actions, reconnects) and not implied by a wake already queued.
+                claimer.do_send(notified);
+            } else {
+                // A full mailbox already holds a wake: dropping this one loses nothing.
+                let _ = claimer.try_send(notified);
+            }
+        };
         match msg.shard {
             Some(shard) => {
                 if let Some(claimer) = self.owned.get(&shard) {
-                    // A full mailbox already holds a wake: dropping this one loses nothing.
-                    let _ = claimer.try_send(OutboxNotified);
+                    wake(claimer);
                 }
             }
-            None => {
-                for claimer in self.owned.values() {
-                    let _ = claimer.try_send(OutboxNotified);
-                }
-            }
+            None => self.owned.values().for_each(wake),
         }
     }
 }

@@ -37,6 +37,11 @@ pub struct ClaimedRow {
     /// The key's closest earlier version that was unpublished when this row was claimed
     /// (earlier in this claim, in flight, or left behind); `None` when all were published.
     pub prev_version: Option<i64>,
+    /// It had failed and waited for its retry: its key's later versions waited behind it, so
+    /// once it is published a full scan looks for them ([`ScanFrom::rewind_to`]).
+    ///
+    /// [`ScanFrom::rewind_to`]: crate::outbox::scan_from::ScanFrom::rewind_to
+    pub retried: bool,
 }
 
 #[cfg(test)]
@@ -58,6 +63,7 @@ impl ClaimedRow {
             occurred_at: Utc::now(),
             publish_attempts: 0,
             prev_version: None,
+            retried: false,
         }
     }
 }
@@ -96,6 +102,7 @@ pub struct FailedRow {
 pub struct OutboxStore {
     pool: PgPool,
     claim: String,
+    claim_floor: String,
     ensure_shard_state: String,
     /// Shards whose state row this store has made sure of.
     ensured: Mutex<HashSet<u32>>,
@@ -155,6 +162,7 @@ impl OutboxStore {
         Self {
             pool,
             claim: render(include_str!("queries/claim.sql"), schema),
+            claim_floor: render(include_str!("queries/claim_floor.sql"), schema),
             ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
             ensured: Mutex::default(),
             mark_published: render(mark_published, schema),
@@ -265,6 +273,7 @@ impl OutboxStore {
                 occurred_at: row.get(10),
                 publish_attempts: row.get(11),
                 prev_version: row.get(12),
+                retried: row.get(16),
             })
             .collect();
         // UPDATE … RETURNING does not keep the CTE's order.
@@ -273,6 +282,29 @@ impl OutboxStore {
             rows: claimed,
             snapshot,
         })
+    }
+
+    /// Where a full scan of `shard` starts, looking from `from` (see queries/claim_floor.sql),
+    /// and the snapshot it looked in.
+    pub async fn claim_floor(
+        &self,
+        shard: u32,
+        token: Uuid,
+        from: i64,
+    ) -> Result<(i64, ClaimSnapshot), DbError> {
+        let context = format!("find the claim floor of shard {shard}");
+        let (conn, statement) = self.conn_prepared(&self.claim_floor, &context).await?;
+        let row = conn
+            .query_one(&statement, &[&shard_param(shard), &from, &token])
+            .await
+            .map_err(DbError::query(context))?;
+        Ok((
+            row.get(0),
+            ClaimSnapshot {
+                xmin: row.get(1),
+                xmax: row.get(2),
+            },
+        ))
     }
 
     fn ensured(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
@@ -347,14 +379,21 @@ impl OutboxStore {
         self.given_back.load(Ordering::Relaxed)
     }
 
-    /// Sets shard `shard`'s idle flag (only writes when it changes).
-    pub async fn set_shard_idle(&self, shard: u32, idle: bool) -> Result<(), DbError> {
+    /// Sets shard `shard`'s idle flag, superseding the flag this claimer wrote last
+    /// (`previous`, as returned then); returns the new flag's `flag_seq`.
+    pub async fn set_shard_idle(
+        &self,
+        shard: u32,
+        idle: bool,
+        previous: Option<i64>,
+    ) -> Result<i64, DbError> {
         let context = format!("set shard {shard} idle={idle}");
         let conn = self.conn(&context).await?;
-        conn.execute(&self.set_shard_idle, &[&shard_param(shard), &idle])
+        let row = conn
+            .query_one(&self.set_shard_idle, &[&shard_param(shard), &idle, &previous])
             .await
             .map_err(DbError::query(context))?;
-        Ok(())
+        Ok(row.get(0))
     }
 
     /// Heartbeats `instance` with what its publish limit sees, and returns the number of live

@@ -39,9 +39,17 @@
 -- No index names lock_token or locked_at, so the claim's UPDATE is a HOT update
 -- (0008_hot_claims.sql).
 --
--- prev_version is NULL without a probe for version 1, which no version can precede (versions
--- start at 1): the first event of every new aggregate (a fresh UUID per entity) costs no
--- index lookup (~2 µs a row in that loop).
+-- prev_version is the key's previous version, if that is unpublished. It is found without
+-- walking the key's history (P9): the previous version appended comes from the version ledger
+-- (insert-only: its newest entry below this version is live), and only that one version is
+-- looked up among unpublished rows. A probe for the greatest unpublished version below this
+-- one walked, while a long transaction pinned the xmin horizon, an index entry of every
+-- version of the key published since the pin. If the previous version is published, so is
+-- every one before it: a row goes out only right behind its previous version (or once it is
+-- published). That makes the rule hold across topics too: a key's versions go out in order
+-- even when they go to different topics. It is NULL without a probe for version 1, which no
+-- version can precede (versions start at 1): the first event of every new aggregate (a fresh
+-- UUID per entity) costs no index lookup.
 WITH changed AS (
     -- When the shard's claim token changes, the shard is contested until the last live claim
     -- of any other token ends (found by one scan of the shard's unpublished rows, only then).
@@ -150,14 +158,31 @@ WHERE o.ctid = c.ctid AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
           o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts,
           CASE WHEN o.version = 1 THEN NULL
-               ELSE (SELECT max(e.version)
-                     FROM {schema}.outbox e
-                     WHERE e.shard = o.shard
-                       AND e.aggregate_id = o.aggregate_id
-                       AND e.version < o.version
-                       AND e.published_at IS NULL
-                       AND e.topic = o.topic)
+               ELSE (SELECT CASE
+                            WHEN appended.version IS NULL THEN
+                                -- Not in the ledger (appended before retention.version_hours):
+                                -- the key has been quiet that long, so few versions to walk.
+                                (SELECT max(e.version)
+                                 FROM {schema}.outbox e
+                                 WHERE e.shard = o.shard
+                                   AND e.aggregate_id = o.aggregate_id
+                                   AND e.version < o.version
+                                   AND e.published_at IS NULL)
+                            ELSE
+                                (SELECT e.version
+                                 FROM {schema}.outbox e
+                                 WHERE e.shard = o.shard
+                                   AND e.aggregate_id = o.aggregate_id
+                                   AND e.version = appended.version
+                                   AND e.published_at IS NULL)
+                            END
+                     FROM (SELECT max(l.version) AS version
+                           FROM {schema}.outbox_versions l
+                           WHERE l.aggregate_id = o.aggregate_id
+                             AND l.version < o.version) appended)
           END AS prev_version,
           snapshot.xmin, snapshot.xmax,
           -- Where this UPDATE left the row: its mark finds it there (outbox/row_address.rs).
-          o.ctid
+          o.ctid,
+          -- It waited for a retry: its key's later versions waited behind it.
+          o.next_retry_at IS NOT NULL AS retried
