@@ -111,7 +111,11 @@ impl ScanFrom {
             self.last_full_scan = Instant::now();
             return Scan::Full {
                 floor: self.floor,
-                regular: if self.frontier == 0 { i64::MAX } else { regular },
+                regular: if self.frontier == 0 {
+                    i64::MAX
+                } else {
+                    regular
+                },
                 rewinds: self.rewinds,
             };
         }
@@ -316,14 +320,22 @@ mod tests {
         assert_eq!(floor, 0);
         // Nothing claimable below 102 as transactions 60..70 ran: one may commit below it.
         scan.floor_found(rewinds, 102, ClaimSnapshot { xmin: 60, xmax: 70 });
-        assert_eq!(full_scan(&mut scan).0, 0, "transactions below 70 may still write");
+        assert_eq!(
+            full_scan(&mut scan).0,
+            0,
+            "transactions below 70 may still write"
+        );
         scan.floor_found(rewinds, 150, ClaimSnapshot { xmin: 65, xmax: 80 });
         assert_eq!(full_scan(&mut scan).0, 0, "65 may still write below 102");
         // All below 70 ended, and this look from 0 found a row at 90 they committed.
         scan.floor_found(rewinds, 90, ClaimSnapshot { xmin: 70, xmax: 85 });
         assert_eq!(full_scan(&mut scan).0, 90);
         scan.floor_found(rewinds, 160, ClaimSnapshot { xmin: 85, xmax: 90 });
-        assert_eq!(full_scan(&mut scan).0, 90, "the pending floor never goes above what was found then");
+        assert_eq!(
+            full_scan(&mut scan).0,
+            90,
+            "the pending floor never goes above what was found then"
+        );
         scan.floor_found(rewinds, 170, ClaimSnapshot { xmin: 90, xmax: 95 });
         assert_eq!(full_scan(&mut scan).0, 160);
     }
@@ -340,12 +352,23 @@ mod tests {
         // A floor query starts; row 100 goes back (given back untried) while it runs.
         let (_, stale) = full_scan(&mut scan);
         scan.rewind_to(100);
-        assert_eq!(start(&mut scan), 100, "the next claim is a full scan from 100");
+        assert_eq!(
+            start(&mut scan),
+            100,
+            "the next claim is a full scan from 100"
+        );
         scan.floor_found(stale, 200, ClaimSnapshot { xmin: 70, xmax: 70 });
         let (floor, rewinds) = full_scan(&mut scan);
-        assert_eq!(floor, 100, "a look from before the rewind may have missed row 100");
+        assert_eq!(
+            floor, 100,
+            "a look from before the rewind may have missed row 100"
+        );
         assert_ne!(rewinds, stale);
         scan.rescan_all();
-        assert_eq!(start(&mut scan), 0, "an operator's action: from the shard's start");
+        assert_eq!(
+            start(&mut scan),
+            0,
+            "an operator's action: from the shard's start"
+        );
     }
 }

@@ -345,9 +345,7 @@ impl Handler<WakeShard> for ShardOwner {
 
     fn handle(&mut self, msg: WakeShard, _ctx: &mut Self::Context) {
         let wake = |claimer: &Addr<Claimer>| {
-            let notified = OutboxNotified {
-                rescan: msg.rescan,
-            };
+            let notified = OutboxNotified { rescan: msg.rescan };
             if msg.rescan {
                 // Rare (operator actions, reconnects) and not implied by a wake already queued.
                 claimer.do_send(notified);

@@ -390,7 +390,10 @@ impl OutboxStore {
         let context = format!("set shard {shard} idle={idle}");
         let conn = self.conn(&context).await?;
         let row = conn
-            .query_one(&self.set_shard_idle, &[&shard_param(shard), &idle, &previous])
+            .query_one(
+                &self.set_shard_idle,
+                &[&shard_param(shard), &idle, &previous],
+            )
             .await
             .map_err(DbError::query(context))?;
         Ok(row.get(0))

@@ -1,0 +1,159 @@
+//! P9: while a long transaction pins the xmin horizon, the relay reads as many pages per event
+//! after 20,000 events were published under the pin as right after the pin began. Every
+//! published row leaves a dead version PostgreSQL cannot remove while pinned, so a claim that
+//! walks the shard from its start, or a probe that walks a key's history, reads more pages with
+//! every event (the design before migration 0017: 45 pages per event right after the pin, 196
+//! after the 22,000 events; this one: 45 and 63).
+
+use courier::outbox::{NewEvent, Outbox, Relay, RelayOptions};
+use courier::CourierConfig;
+use courier_testkit::keyed_event as event;
+use courier_testkit::{test_config, wait_until, TestDb, TestPubSub};
+use std::time::{Duration, Instant};
+
+/// Keys written to: each window appends one version of each, so every claimed row but a key's
+/// first has a previous version whose history the pin keeps.
+const KEYS: usize = 500;
+/// Versions of every key appended in each measured window.
+const WINDOW_VERSIONS: i64 = 4;
+/// Versions of every key published between the two windows while pinned.
+const FILLER_VERSIONS: i64 = 40;
+/// Events appended per transaction.
+const BATCH: usize = 500;
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Pages of the relay's tables read (from cache or disk), from the cumulative statistics.
+const PAGES_READ: &str =
+    "SELECT coalesce(sum(coalesce(heap_blks_hit, 0) + coalesce(heap_blks_read, 0) \
+     + coalesce(idx_blks_hit, 0) + coalesce(idx_blks_read, 0)), 0)::bigint \
+     FROM pg_statio_user_tables WHERE schemaname = 'courier' \
+     AND relname IN ('outbox', 'outbox_versions', 'outbox_shard_state', 'outbox_idle_flags')";
+
+async fn append(db: &TestDb, config: &CourierConfig, events: Vec<NewEvent>) -> anyhow::Result<()> {
+    for chunk in events.chunks(BATCH) {
+        let mut conn = db.pool.get().await?;
+        let tx = conn.transaction().await?;
+        Outbox::new(config).append_all(&tx, chunk.to_vec()).await?;
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+fn versions(topic: &str, from: i64, to: i64) -> Vec<NewEvent> {
+    (from..=to)
+        .flat_map(|v| (0..KEYS).map(move |k| event(topic, &format!("key-{k}"), v)))
+        .collect()
+}
+
+async fn unpublished(db: &TestDb) -> i64 {
+    db.scalar("SELECT count(*) FROM courier.outbox WHERE published_at IS NULL")
+        .await
+        .unwrap_or(-1)
+}
+
+/// The pages read so far, once the relay's sessions have reported them: statistics reach the
+/// shared counters within a second or so of a session's transactions, so the value is taken
+/// when it has not moved for three polls (or after 15 s, counting what an idle relay reads).
+async fn settled_pages(db: &TestDb) -> anyhow::Result<i64> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (mut last, mut same) = (db.scalar(PAGES_READ).await?, 0);
+    while same < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = db.scalar(PAGES_READ).await?;
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+    }
+    Ok(last)
+}
+
+/// Appends one window of versions, waits until the relay published them, and returns the
+/// pages read per event meanwhile.
+async fn pages_per_event(
+    db: &TestDb,
+    config: &CourierConfig,
+    topic: &str,
+    from: i64,
+) -> anyhow::Result<f64> {
+    let before = settled_pages(db).await?;
+    let events = versions(topic, from, from + WINDOW_VERSIONS - 1);
+    let count = events.len() as f64;
+    append(db, config, events).await?;
+    wait_until(WAIT, "the window published", || async {
+        unpublished(db).await == 0
+    })
+    .await?;
+    Ok((settled_pages(db).await? - before) as f64 / count)
+}
+
+#[tokio::test]
+async fn the_relay_reads_no_more_pages_per_event_after_20k_events_under_a_pinned_horizon(
+) -> anyhow::Result<()> {
+    courier_testkit::init_logging();
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let topic = pubsub.topic("pinned").await?;
+    let config = test_config(&db, &pubsub);
+    let _relay = Relay::spawn(&config, RelayOptions::default())?;
+
+    // The relay has published once (its statements are prepared, its shards owned).
+    append(&db, &config, versions(&topic, 1, 1)).await?;
+    wait_until(WAIT, "the first versions published", || async {
+        unpublished(&db).await == 0
+    })
+    .await?;
+
+    // A session holding a snapshot, as pg_dump or a report does.
+    let (pin, connection) = db
+        .config
+        .url
+        .parse::<tokio_postgres::Config>()?
+        .connect(tokio_postgres::NoTls)
+        .await?;
+    tokio::spawn(connection);
+    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM courier.outbox")
+        .await?;
+
+    let early = pages_per_event(&db, &config, &topic, 2).await?;
+    let filler_from = 2 + WINDOW_VERSIONS;
+    let filler_to = filler_from + FILLER_VERSIONS - 1;
+    append(&db, &config, versions(&topic, filler_from, filler_to)).await?;
+    wait_until(WAIT, "the filler published", || async {
+        unpublished(&db).await == 0
+    })
+    .await?;
+    let late = pages_per_event(&db, &config, &topic, filler_to + 1).await?;
+
+    // The pin held: the versions the relay's updates left behind are all still there.
+    let dead: i64 = db
+        .scalar(
+            "SELECT n_dead_tup FROM pg_stat_user_tables \
+             WHERE schemaname = 'courier' AND relname = 'outbox'",
+        )
+        .await?;
+    let pinned: i64 = db
+        .scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND backend_xmin IS NOT NULL \
+             AND state = 'idle in transaction'",
+        )
+        .await?;
+    pin.batch_execute("COMMIT").await?;
+    eprintln!(
+        "pages per event: {early:.1} right after the pin, {late:.1} after {} more events \
+         published under it; outbox dead tuples {dead}",
+        KEYS as i64 * (FILLER_VERSIONS + WINDOW_VERSIONS)
+    );
+    assert_eq!(
+        pinned, 1,
+        "the pinning session held its snapshot throughout"
+    );
+    assert!(
+        dead >= KEYS as i64 * FILLER_VERSIONS,
+        "the pin kept the dead versions: {dead}"
+    );
+    assert!(
+        late <= early * 1.5 + 2.0,
+        "pages per event grew under the pin: {early:.1} → {late:.1}"
+    );
+    Ok(())
+}
