@@ -20,6 +20,8 @@
 //! - [`backfill`]: the operator's full-snapshot pass over a service's aggregates, through the
 //!   outbox, in batches, resumable (`backfill_runs`).
 //! - [`retention`]: the Janitor that deletes published outbox and processed inbox rows.
+//! - [`horizon`]: what holds PostgreSQL's xmin horizon back (long transactions, replication
+//!   slots, prepared transactions) and the outbox's dead row versions meanwhile.
 //! - [`system_thread`]: a relay or consumer on its own thread and actix System.
 //! - [`telemetry`]: logging set-up for the binaries.
 //! - [`config`]: the deployment config with `COURIER_*` overrides.
@@ -31,6 +33,7 @@ pub mod config;
 pub mod conninfo;
 pub mod db;
 pub mod fast_hash;
+pub mod horizon;
 pub mod inbound;
 pub mod keyed_actors;
 pub mod metrics;

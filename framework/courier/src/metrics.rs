@@ -42,6 +42,22 @@ pub const RELAY_CONGESTION_TOTAL: &str = "courier_relay_congestion_total";
 /// Publishes that failed on the broker's side (timeout, unavailable, overloaded): retried
 /// without counting toward the row's attempts (counter).
 pub const OUTBOX_BROKER_FAILURES_TOTAL: &str = "courier_outbox_broker_failures_total";
+/// How long the oldest open transaction of the service's database (a session's snapshot or a
+/// prepared transaction) has held back the xmin horizon, so vacuum cannot clean the outbox
+/// (gauge, seconds, set with the backlog gauges; 0 when none is open; NaN while another
+/// role's session holds it and the relay's role lacks `pg_monitor`; see `horizon`).
+pub const POSTGRES_XMIN_HORIZON_AGE_SECONDS: &str = "courier_postgres_xmin_horizon_age_seconds";
+/// Transactions begun since the xmin that oldest transaction holds (gauge, set with the
+/// backlog gauges; visible without `pg_monitor`).
+pub const POSTGRES_XMIN_HORIZON_AGE_TRANSACTIONS: &str =
+    "courier_postgres_xmin_horizon_age_transactions";
+/// Transactions begun since the oldest `xmin` or `catalog_xmin` a replication slot holds
+/// (gauge, set with the backlog gauges; 0 without such a slot). Slots have no timestamp.
+pub const POSTGRES_REPLICATION_SLOT_XMIN_AGE_TRANSACTIONS: &str =
+    "courier_postgres_replication_slot_xmin_age_transactions";
+/// Dead row versions in the outbox table that vacuum has not removed yet, as PostgreSQL's
+/// statistics count them (gauge, set with the backlog gauges).
+pub const OUTBOX_DEAD_TUPLES: &str = "courier_outbox_dead_tuples";
 /// Events committed by projections, first-time or duplicate (counter).
 pub const PROJECTION_PROCESS_SUCCESS_TOTAL: &str = "projection_process_success_total";
 /// Events whose projection failed: rejected, handler error, statement or commit (counter).
