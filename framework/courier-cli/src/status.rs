@@ -1,9 +1,11 @@
 //! `courier status`: the pipeline on one screen, per service — backlog, publish rate, relays
-//! (restarts), dead letters, and per consumer group how far it is and how far behind.
+//! (restarts), what holds the database's xmin horizon back, dead letters, and per consumer
+//! group how far it is and how far behind.
 
 use crate::output::print_json;
 use chrono::Utc;
 use courier::db::render;
+use courier::horizon::{Horizon, HorizonQuery};
 use courier::inbound::OffsetStore;
 use courier::CourierConfig;
 use serde::Serialize;
@@ -19,6 +21,10 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Warn when a transaction has held the xmin horizon back this long (seconds): vacuum
+    /// cannot clean the outbox meanwhile.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    horizon_warn_secs: u64,
 }
 
 #[derive(Serialize)]
@@ -32,6 +38,7 @@ struct Status {
     relays_started_last_hour: i64,
     applied_per_sec: f64,
     relays: Vec<RelayStatus>,
+    horizon: HorizonStatus,
     consumers: Vec<ConsumerStatus>,
     /// Dead letters not republished yet, per consumer group.
     dead_letters: Vec<courier::inbound::dead_letter_log::OpenDeadLetters>,
@@ -51,6 +58,143 @@ struct RelayStatus {
     publish_latency_ms: Option<f64>,
     /// Ordering keys among the rows in flight: the publish requests asked of the connection.
     publish_keys_out: Option<i32>,
+}
+
+/// What holds the database's xmin horizon back (`courier::horizon`).
+#[derive(Serialize)]
+struct HorizonStatus {
+    #[serde(flatten)]
+    report: Horizon,
+    /// Seconds the oldest open transaction has held it (0: none); `None` when its start is
+    /// not visible to this role.
+    held_secs: Option<f64>,
+    /// `--horizon-warn-secs`.
+    warn_after_secs: u64,
+    /// A transaction held it past `warn_after_secs`, or an inactive slot holds it.
+    warning: bool,
+}
+
+impl HorizonStatus {
+    fn new(report: Horizon, warn_after_secs: u64) -> Self {
+        let over = |secs: f64| secs > warn_after_secs as f64;
+        let warning = report
+            .oldest_session
+            .as_ref()
+            .and_then(|s| s.age_secs)
+            .is_some_and(over)
+            || report
+                .oldest_prepared
+                .as_ref()
+                .is_some_and(|p| over(p.age_secs))
+            || report.oldest_slot.as_ref().is_some_and(|s| !s.active);
+        Self {
+            held_secs: report.held_secs(),
+            report,
+            warn_after_secs,
+            warning,
+        }
+    }
+
+    /// Who holds the horizon and for how long, and the outbox's dead tuples; with a WARNING
+    /// prefix and what to do once past the threshold.
+    fn line(&self) -> String {
+        let over = |secs: f64| secs > self.warn_after_secs as f64;
+        let report = &self.report;
+        let mut holders = Vec::new();
+        let mut advice = Vec::new();
+        if let Some(s) = &report.oldest_session {
+            let held = match s.age_secs {
+                Some(secs) => format!("held {}", duration(secs)),
+                None => "held (how long is not visible: grant this role pg_monitor)".into(),
+            };
+            let mut about = vec![s
+                .state
+                .clone()
+                .unwrap_or_else(|| "state not visible".into())];
+            if let Some(app) = s.application_name.as_deref().filter(|a| !a.is_empty()) {
+                about.push(format!("app {app:?}"));
+            }
+            about.push(format!("{} xids", thousands(s.xid_age.into())));
+            holders.push(format!("{held} by pid {} ({})", s.pid, about.join(", ")));
+            if s.age_secs.is_some_and(over) {
+                advice.push(format!(
+                    "end that session: SELECT pg_terminate_backend({})",
+                    s.pid
+                ));
+            }
+        }
+        if let Some(p) = &report.oldest_prepared {
+            holders.push(format!(
+                "prepared transaction {:?} held {} ({} xids)",
+                p.gid,
+                duration(p.age_secs),
+                thousands(p.xid_age.into())
+            ));
+            if over(p.age_secs) {
+                advice.push(format!("COMMIT PREPARED or ROLLBACK PREPARED '{}'", p.gid));
+            }
+        }
+        if let Some(slot) = &report.oldest_slot {
+            holders.push(format!(
+                "{} slot {:?}{} {} xids back",
+                slot.slot_type,
+                slot.name,
+                if slot.active { "" } else { " (inactive)" },
+                thousands(slot.xid_age().into())
+            ));
+            if !slot.active {
+                advice.push(format!(
+                    "drop a stale slot: SELECT pg_drop_replication_slot('{}')",
+                    slot.name
+                ));
+            }
+        }
+        let holders = if holders.is_empty() {
+            "not held (no open transaction, slot or prepared transaction)".to_string()
+        } else {
+            holders.join("; ")
+        };
+        let dead = report
+            .outbox
+            .as_ref()
+            .map_or_else(|| "unknown".into(), |o| thousands(o.dead));
+        let line = format!("xmin horizon: {holders}; outbox dead tuples {dead}");
+        if self.warning {
+            format!(
+                "WARNING {line}: vacuum cannot clean the outbox meanwhile; {}",
+                advice.join("; ")
+            )
+        } else {
+            line
+        }
+    }
+}
+
+/// `42s`, `12m 03s`, `2h 05m 09s`.
+fn duration(secs: f64) -> String {
+    let secs = secs.max(0.0) as u64;
+    match (secs / 3600, secs / 60 % 60, secs % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s:02}s"),
+        (h, m, s) => format!("{h}h {m:02}m {s:02}s"),
+    }
+}
+
+/// `768,112`.
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if n < 0 {
+        format!("-{grouped}")
+    } else {
+        grouped
+    }
 }
 
 #[derive(Serialize)]
@@ -74,7 +218,7 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
     };
     let mut statuses = Vec::new();
     for config in &configs {
-        statuses.push(status_of(config).await?);
+        statuses.push(status_of(config, args.horizon_warn_secs).await?);
     }
     if args.json {
         return match statuses.len() {
@@ -86,7 +230,7 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
+async fn status_of(config: &CourierConfig, horizon_warn_secs: u64) -> anyhow::Result<Status> {
     let schema = &config.database.schema;
     let pool = courier::db::pool(&config.database, "courier-cli")?;
     let conn = pool.get().await?;
@@ -114,6 +258,10 @@ async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
         })
         .collect();
     drop(conn);
+    let horizon = HorizonStatus::new(
+        HorizonQuery::new(schema).read(&pool).await?,
+        horizon_warn_secs,
+    );
     let offsets = OffsetStore::new(schema, config.consumer.offset_lanes);
     let mut consumers = Vec::new();
     for group in offsets.groups(&pool).await? {
@@ -137,6 +285,7 @@ async fn status_of(config: &CourierConfig) -> anyhow::Result<Status> {
         relays_started_last_hour: row.get("relays_started_last_hour"),
         applied_per_sec: per_sec(row.get("applied_last_minute")),
         relays,
+        horizon,
         consumers,
         dead_letters: courier::inbound::dead_letter_log::DeadLetterLog::new(schema)
             .open(&pool)
@@ -176,6 +325,7 @@ fn print(status: &Status) {
             ),
         }
     }
+    println!("  {}", status.horizon.line());
     println!("  applying {:.1} events/s", status.applied_per_sec);
     for d in &status.dead_letters {
         println!(
@@ -193,6 +343,150 @@ fn print(status: &Status) {
         println!(
             "  consumer {} on {}: lag {} ms at last save, last save {} s ago",
             c.group, c.subscription, c.lag_millis, c.idle_secs
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use courier::horizon::{OutboxTuples, PreparedHolder, SessionHolder, SlotHolder};
+
+    fn report() -> Horizon {
+        Horizon {
+            sees_all_sessions: true,
+            oldest_session: None,
+            oldest_slot: None,
+            slots_holding: 0,
+            oldest_prepared: None,
+            prepared_holding: 0,
+            outbox: Some(OutboxTuples {
+                dead: 768_112,
+                live: 12,
+                last_autovacuum: None,
+            }),
+        }
+    }
+
+    fn psql(age_secs: Option<f64>) -> SessionHolder {
+        SessionHolder {
+            pid: 4242,
+            state: age_secs.map(|_| "idle in transaction".into()),
+            application_name: Some("psql".into()),
+            database: Some("catalog".into()),
+            user: Some("alice".into()),
+            xid_age: 1_204,
+            age_secs,
+        }
+    }
+
+    #[test]
+    fn durations_and_counts_read_as_an_operator_writes_them() {
+        assert_eq!(duration(0.4), "0s");
+        assert_eq!(duration(42.9), "42s");
+        assert_eq!(duration(723.0), "12m 03s");
+        assert_eq!(duration(7509.0), "2h 05m 09s");
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(768_112), "768,112");
+        assert_eq!(thousands(-1_234_567), "-1,234,567");
+    }
+
+    #[test]
+    fn nothing_open_is_no_warning() {
+        let status = HorizonStatus::new(report(), 300);
+        assert!(!status.warning);
+        assert_eq!(status.held_secs, Some(0.0));
+        assert_eq!(
+            status.line(),
+            "xmin horizon: not held (no open transaction, slot or prepared transaction); \
+             outbox dead tuples 768,112"
+        );
+    }
+
+    #[test]
+    fn a_session_past_the_threshold_is_a_warning_saying_how_to_end_it() {
+        let young = HorizonStatus::new(
+            Horizon {
+                oldest_session: Some(psql(Some(299.0))),
+                ..report()
+            },
+            300,
+        );
+        assert!(!young.warning);
+        assert_eq!(
+            young.line(),
+            "xmin horizon: held 4m 59s by pid 4242 (idle in transaction, app \"psql\", 1,204 \
+             xids); outbox dead tuples 768,112"
+        );
+        let old = HorizonStatus::new(
+            Horizon {
+                oldest_session: Some(psql(Some(723.0))),
+                ..report()
+            },
+            300,
+        );
+        assert!(old.warning);
+        assert_eq!(
+            old.line(),
+            "WARNING xmin horizon: held 12m 03s by pid 4242 (idle in transaction, app \"psql\", \
+             1,204 xids); outbox dead tuples 768,112: vacuum cannot clean the outbox meanwhile; \
+             end that session: SELECT pg_terminate_backend(4242)"
+        );
+    }
+
+    #[test]
+    fn a_hidden_start_reads_as_not_visible_never_as_zero() {
+        let status = HorizonStatus::new(
+            Horizon {
+                sees_all_sessions: false,
+                oldest_session: Some(psql(None)),
+                ..report()
+            },
+            0,
+        );
+        assert!(!status.warning);
+        assert_eq!(status.held_secs, None);
+        assert!(
+            status.line().contains(
+                "held (how long is not visible: grant this role pg_monitor) by pid 4242 \
+                 (state not visible"
+            ),
+            "{}",
+            status.line()
+        );
+    }
+
+    #[test]
+    fn an_inactive_slot_or_an_old_prepared_transaction_is_a_warning() {
+        let status = HorizonStatus::new(
+            Horizon {
+                oldest_slot: Some(SlotHolder {
+                    name: "standby_1".into(),
+                    slot_type: "physical".into(),
+                    active: false,
+                    xmin_age: Some(52_000),
+                    catalog_xmin_age: None,
+                }),
+                slots_holding: 1,
+                oldest_prepared: Some(PreparedHolder {
+                    gid: "tx-7".into(),
+                    owner: "catalog".into(),
+                    xid_age: 3,
+                    age_secs: 400.0,
+                }),
+                prepared_holding: 1,
+                ..report()
+            },
+            300,
+        );
+        assert!(status.warning);
+        assert_eq!(
+            status.line(),
+            "WARNING xmin horizon: prepared transaction \"tx-7\" held 6m 40s (3 xids); physical \
+             slot \"standby_1\" (inactive) 52,000 xids back; outbox dead tuples 768,112: vacuum \
+             cannot clean the outbox meanwhile; COMMIT PREPARED or ROLLBACK PREPARED 'tx-7'; drop \
+             a stale slot: SELECT pg_drop_replication_slot('standby_1')"
         );
     }
 }
