@@ -195,7 +195,8 @@ impl Claimer {
                         rewinds,
                     } => {
                         let (found, snapshot) = store.claim_floor(shard, token, floor).await?;
-                        { let _ = (found, regular, rewinds, snapshot); (0, None) }
+                        tracing::debug!(shard, floor, found, regular, rewinds, ?snapshot, "full scan");
+                        (found.min(regular), Some((rewinds, found, snapshot)))
                     }
                 };
                 let claimed = store

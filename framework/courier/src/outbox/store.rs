@@ -38,9 +38,7 @@ pub struct ClaimedRow {
     /// (earlier in this claim, in flight, or left behind); `None` when all were published.
     pub prev_version: Option<i64>,
     /// It had failed and waited for its retry: its key's later versions waited behind it, so
-    /// once it is published a full scan looks for them ([`ScanFrom::rewind_to`]).
-    ///
-    /// [`ScanFrom::rewind_to`]: crate::outbox::scan_from::ScanFrom::rewind_to
+    /// once it is published the claimer scans for them again (scan_from.rs, `rewind_to`).
     pub retried: bool,
 }
 

@@ -158,13 +158,28 @@ WHERE o.ctid = c.ctid AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
           o.schema_version, o.payload, o.attributes, o.occurred_at, o.publish_attempts,
           CASE WHEN o.version = 1 THEN NULL
-               ELSE (SELECT max(e.version)
-                     FROM {schema}.outbox e
-                     WHERE e.shard = o.shard
-                       AND e.aggregate_id = o.aggregate_id
-                       AND e.version < o.version
-                       AND e.published_at IS NULL
-                       AND e.topic = o.topic)
+               ELSE (SELECT CASE
+                            WHEN appended.version IS NULL THEN
+                                -- Not in the ledger (appended before retention.version_hours):
+                                -- the key has been quiet that long, so few versions to walk.
+                                (SELECT max(e.version)
+                                 FROM {schema}.outbox e
+                                 WHERE e.shard = o.shard
+                                   AND e.aggregate_id = o.aggregate_id
+                                   AND e.version < o.version
+                                   AND e.published_at IS NULL)
+                            ELSE
+                                (SELECT e.version
+                                 FROM {schema}.outbox e
+                                 WHERE e.shard = o.shard
+                                   AND e.aggregate_id = o.aggregate_id
+                                   AND e.version = appended.version
+                                   AND e.published_at IS NULL)
+                            END
+                     FROM (SELECT max(l.version) AS version
+                           FROM {schema}.outbox_versions l
+                           WHERE l.aggregate_id = o.aggregate_id
+                             AND l.version < o.version) appended)
           END AS prev_version,
           snapshot.xmin, snapshot.xmax,
           -- Where this UPDATE left the row: its mark finds it there (outbox/row_address.rs).

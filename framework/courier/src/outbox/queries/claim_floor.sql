@@ -14,15 +14,23 @@ SELECT coalesce(
               AND o.dead_at IS NULL
               AND o.next_retry_at IS NULL
               AND o.lock_token IS DISTINCT FROM $3
-              AND NOT EXISTS (
-                  SELECT 1
-                  FROM {schema}.outbox e
-                  WHERE e.shard = $1
-                    AND e.aggregate_id = o.aggregate_id
-                    AND e.version < o.version
-                    AND e.published_at IS NULL
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at > now()))
+              -- In an OR, as in claim.sql: a probe per row, made only while the shard has a
+              -- parked row (a plain NOT EXISTS may become an anti join reading every
+              -- unpublished version of the shard, the dead ones a pin keeps included).
+              AND (NOT EXISTS (SELECT 1
+                               FROM {schema}.outbox p
+                               WHERE p.shard = $1
+                                 AND p.published_at IS NULL
+                                 AND (p.dead_at IS NOT NULL OR p.next_retry_at IS NOT NULL))
+                   OR NOT EXISTS (
+                      SELECT 1
+                      FROM {schema}.outbox e
+                      WHERE e.shard = $1
+                        AND e.aggregate_id = o.aggregate_id
+                        AND e.version < o.version
+                        AND e.published_at IS NULL
+                        AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
+                        AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
             ORDER BY o.seq
             LIMIT 1),
            coalesce(pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox', 'seq')::regclass), 0) + 1
