@@ -764,13 +764,7 @@ async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
     .await?;
     let relay = spawn(&s.config, options())?;
     wait_until(WAIT, "all shards owned and flagged idle", || async {
-        relay.owned_shards().await.len() == 4
-            && count(
-                &s.db,
-                IDLE_SHARDS,
-            )
-            .await
-                == 4
+        relay.owned_shards().await.len() == 4 && count(&s.db, IDLE_SHARDS).await == 4
     })
     .await?;
     for i in 0..3 {
@@ -790,12 +784,7 @@ async fn an_idle_relay_publishes_a_new_event_well_under_a_second_through_notify(
         eprintln!("commit → delivered in {:?}", committed.elapsed());
         // Let the shard go idle again before the next round.
         wait_until(WAIT, "shards idle again", || async {
-            count(
-                &s.db,
-                IDLE_SHARDS,
-            )
-            .await
-                == 4
+            count(&s.db, IDLE_SHARDS).await == 4
         })
         .await?;
     }
@@ -1178,5 +1167,64 @@ async fn migrations_apply_once_even_when_run_twice_at_the_same_time() -> anyhow:
         count(&db, "SELECT count(*) FROM second.schema_migrations").await,
         COURIER.migrations.len() as i64
     );
+    Ok(())
+}
+
+/// A dead row and the version behind it lie below where a running relay's full scans start
+/// once it has moved on (the floor, `outbox/scan_from.rs`). An operator's retry wakes the
+/// shard with a rescan, so both go out at once rather than never.
+#[tokio::test]
+async fn a_dead_row_retried_by_an_operator_under_a_running_relay_goes_out_with_the_version_behind_it(
+) -> anyhow::Result<()> {
+    use courier::outbox::operator::{Audit, DeadSelection, OutboxOperator};
+    let s = setup(|_| {}).await?;
+    let _relay = spawn(&s.config, options())?;
+    {
+        let mut conn = s.db.pool.get().await?;
+        let tx = conn.transaction().await?;
+        Outbox::new(&s.config)
+            .append_all(&tx, (1..=2).map(|v| event(&s.topic, "doomed", v)).collect())
+            .await?;
+        tx.execute(
+            "UPDATE courier.outbox SET dead_at = now(), publish_attempts = 10, \
+             last_error = 'topic gone' WHERE aggregate_id = 'doomed' AND version = 1",
+            &[],
+        )
+        .await?;
+        tx.commit().await?;
+    }
+    // Rows appended after them go out, and full scans (every second) move the floor past
+    // the dead row and the one behind it.
+    let started = Instant::now();
+    let mut round = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        round += 1;
+        let prefix = format!("later{round}");
+        commit(&s.db, &s.config, other_keys(&s.topic, &prefix, 4)).await?;
+        wait_until(WAIT, "later rows delivered", || async {
+            other_keys_arrived(&s.collector, &prefix, 4)
+        })
+        .await?;
+    }
+    assert!(!s.collector.publish_order().contains_key("doomed"));
+
+    let operator = OutboxOperator::new(s.db.pool.clone(), &s.db.config.schema);
+    let retried = operator
+        .retry(
+            &DeadSelection::All,
+            &Audit {
+                actor: "test",
+                reason: "topic restored",
+            },
+        )
+        .await?;
+    assert_eq!(retried.len(), 1);
+    wait_until(
+        Duration::from_secs(10),
+        "the retried row and the one behind it published",
+        || async { s.collector.publish_order().get("doomed").map(Vec::len) == Some(2) },
+    )
+    .await?;
+    assert_eq!(s.collector.publish_order()["doomed"], vec![1, 2]);
     Ok(())
 }
