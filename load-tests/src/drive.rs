@@ -201,6 +201,12 @@ pub struct Sample {
     pub applied: i64,
     /// p99 commit → projection of the effects recorded since the previous sample.
     pub window_p99_ms: Option<f64>,
+    /// The outbox's dead tuples (`pg_stat_user_tables`: backends report their counts about
+    /// once a second, so this lags by as much).
+    pub outbox_dead_tuples: Option<i64>,
+    /// The age of the oldest snapshot held in the run's database, seconds (the sampler's own
+    /// apart); `None` when no session holds one.
+    pub oldest_snapshot_secs: Option<f64>,
     pub processes: Vec<(String, ProcessReading)>,
 }
 
@@ -262,13 +268,20 @@ async fn sample(
 ) -> anyhow::Result<Sample> {
     let conn = pool.get().await.context("sampler connection")?;
     // max(seq) instead of count(*): constant time however long the run; a rolled-back write
-    // leaves a gap, which only matters during a fault.
+    // leaves a gap, which only matters during a fault. The dead tuples and the oldest snapshot
+    // are a statistics lookup and a scan of the backends' slots: next to nothing.
     let row = conn
         .query_one(
             "SELECT (SELECT coalesce(max(seq), 0) FROM load.writes),
                     CASE WHEN $1 THEN (SELECT count(*) FROM courier.outbox
                                        WHERE published_at IS NULL AND dead_at IS NULL) END,
-                    (SELECT coalesce(max(seq), 0) FROM load.applied)",
+                    (SELECT coalesce(max(seq), 0) FROM load.applied),
+                    (SELECT n_dead_tup FROM pg_stat_user_tables
+                     WHERE relid = 'courier.outbox'::regclass),
+                    (SELECT extract(epoch FROM max(now() - xact_start))::float8
+                     FROM pg_stat_activity
+                     WHERE datname = current_database() AND backend_xmin IS NOT NULL
+                       AND pid <> pg_backend_pid())",
             &[&count_outbox],
         )
         .await?;
@@ -304,6 +317,8 @@ async fn sample(
         },
         window_p99_ms: (!histogram.is_empty())
             .then(|| histogram.value_at_quantile(0.99) as f64 / 1_000.0),
+        outbox_dead_tuples: row.get(3),
+        oldest_snapshot_secs: row.get(4),
         processes,
     })
 }
@@ -425,6 +440,27 @@ pub fn panels(samples: &[Sample]) -> Vec<Panel> {
         panels.push(cpu);
     }
     panels
+}
+
+/// The panels a run that pinned the xmin horizon adds: the outbox's dead tuples and the age of
+/// the oldest snapshot in the run's database.
+pub fn horizon_panels(samples: &[Sample]) -> Vec<Panel> {
+    vec![
+        Panel::new("outbox dead tuples", "rows").with(
+            "n_dead_tup",
+            samples
+                .iter()
+                .filter_map(|s| Some((s.t, s.outbox_dead_tuples? as f64)))
+                .collect(),
+        ),
+        Panel::new("oldest snapshot", "s").with(
+            "age",
+            samples
+                .iter()
+                .map(|s| (s.t, s.oldest_snapshot_secs.unwrap_or(0.0)))
+                .collect(),
+        ),
+    ]
 }
 
 /// Every process label seen in `samples`, sorted, once each.
@@ -599,6 +635,8 @@ mod tests {
             outbox_pending: Some(0),
             applied,
             window_p99_ms: None,
+            outbox_dead_tuples: None,
+            oldest_snapshot_secs: None,
             processes: Vec::new(),
         }
     }
@@ -646,6 +684,8 @@ mod tests {
             outbox_pending: Some(0),
             applied: 0,
             window_p99_ms: None,
+            outbox_dead_tuples: None,
+            oldest_snapshot_secs: None,
             processes: vec![(
                 "relay-1".into(),
                 ProcessReading {

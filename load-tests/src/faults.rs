@@ -8,7 +8,10 @@
 //!   row lock, so their handlers fail with a lock timeout, as a long transaction or a
 //!   migration holding rows causes in production;
 //! - `broker-slow`: Pub/Sub answers late, or not at all, for 10–30 s (a proxy in front of the
-//!   emulator holds the workers' traffic; see `courier_testkit::BrokerProxy`).
+//!   emulator holds the workers' traffic; see `courier_testkit::BrokerProxy`);
+//! - `pin-xmin`: a repeatable-read transaction holds its snapshot, idle, for 30–120 s (to the
+//!   end of the writes at most), as `pg_dump` or a session left idle in transaction does, so
+//!   vacuum removes no tuple that died since; other faults go on meanwhile (see `pin`).
 //!
 //! Poison messages (undecodable, unknown schema version) can be published beside the real
 //! events; the checker expects exactly those on the dead-letter topic.
@@ -34,6 +37,7 @@ pub enum Fault {
     FreezeEmulator,
     HandlerTransient,
     BrokerSlow,
+    PinXmin,
 }
 
 /// How long the consumer's projection transactions wait for a row lock while
@@ -213,7 +217,8 @@ impl Strikes {
 }
 
 /// Until `until`: waits a random gap, publishes a poison message while the plan owes some,
-/// strikes a random fault of the plan, and restarts workers that exited on their own.
+/// strikes a random fault of the plan, restarts workers that exited on their own, and starts
+/// and releases the xmin pins due (with no fault to strike, only that).
 pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<Strikes> {
     let plan = pipeline.plan.clone();
     let mut rng = StdRng::seed_from_u64(plan.seed);
@@ -233,13 +238,20 @@ pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<S
         None
     };
     loop {
-        let gap = Duration::from_secs(rng.gen_range(plan.min_gap_secs..=plan.max_gap_secs));
+        let gap = if plan.is_empty() {
+            until.saturating_duration_since(Instant::now())
+        } else {
+            Duration::from_secs(rng.gen_range(plan.min_gap_secs..=plan.max_gap_secs))
+        };
         let next = Instant::now() + gap;
         while Instant::now() < next.min(until) {
             pipeline.keep_workers_up()?;
+            pipeline.tend_pin().await?;
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         if Instant::now() >= until {
+            // A pin-xmin fault's pin ends with the writes.
+            pipeline.tend_pin().await?;
             break;
         }
         if let Some(publisher) = &publisher {
@@ -260,7 +272,11 @@ pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<S
         }
         let fault = plan.faults[rng.gen_range(0..plan.faults.len())];
         let at = pipeline.origin.seconds();
-        let what = strike_one(pipeline, fault, &mut rng).await?;
+        if fault == Fault::PinXmin && pipeline.xmin_pinned() {
+            eprintln!("{at:>7.1} s  pin-xmin drawn while the horizon is pinned already: skipped");
+            continue;
+        }
+        let what = strike_one(pipeline, fault, &mut rng, until).await?;
         eprintln!("{at:>7.1} s  {what}");
         strikes.timeline.push((at, what));
         strikes.faults += 1;
@@ -268,10 +284,12 @@ pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<S
     Ok(strikes)
 }
 
+/// Strikes `fault`; `until` is the end of the writes, which a pin does not outlast.
 async fn strike_one(
     pipeline: &mut Pipeline,
     fault: Fault,
     rng: &mut StdRng,
+    until: Instant,
 ) -> anyhow::Result<String> {
     Ok(match fault {
         Fault::KillRelay | Fault::KillConsumer => {
@@ -344,6 +362,21 @@ async fn strike_one(
                 proxy.silent_for(window).await;
                 format!("Pub/Sub silent for {} s", window.as_secs())
             }
+        }
+        Fault::PinXmin => {
+            let now = pipeline.origin.seconds();
+            let hold = rng.gen_range(crate::pin::FAULT_HOLD_SECS) as f64;
+            let left = until
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64();
+            let hold = hold.min(left);
+            pipeline
+                .pin_xmin("pin-xmin fault".into(), Some(now + hold))
+                .await?;
+            format!(
+                "xmin pinned for {hold:.0} s (a repeatable-read transaction holds its snapshot, \
+                 idle)"
+            )
         }
     })
 }

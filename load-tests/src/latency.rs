@@ -7,6 +7,7 @@
 use crate::drive::{Load, Pace, WARM_UP_SHARE};
 use crate::faults::FaultArgs;
 use crate::limits;
+use crate::pin::PinArgs;
 use crate::pipeline::{Pipeline, Setup};
 use crate::report::{Goal, Rate, Report};
 use crate::rig::PipelineArgs;
@@ -36,6 +37,8 @@ pub struct LatencyArgs {
     pub drain_timeout_secs: u64,
     #[command(flatten)]
     pub faults: FaultArgs,
+    #[command(flatten)]
+    pub pin: PinArgs,
 }
 
 /// p99 may exceed the emulator's own p99 by this much.
@@ -52,6 +55,9 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
         !p.relay_only,
         "latency is commit → projection: --relay-only has no projection"
     );
+    let pin = args
+        .pin
+        .schedule(args.seconds as f64, "the writes (--seconds)")?;
     let pubsub = TestPubSub::get().await?;
     let drain_timeout = Duration::from_secs(args.drain_timeout_secs);
     let mut pipeline = Pipeline::launch(
@@ -76,6 +82,9 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     };
     let rate = rate.max(1.0);
     let measured_from = pipeline.origin.seconds();
+    if let Some(pin) = pin {
+        pipeline.pin_xmin_in_next_writes(pin);
+    }
     eprintln!("writing {rate:.0}/s for {} s (open loop)", args.seconds);
     let drained = pipeline
         .write_and_drain(
@@ -133,6 +142,9 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
             drained.write.failed_attempts.to_string(),
         ),
     ]);
+    if let Some(pin) = pin {
+        report.parameters.push(("pin_xmin".into(), pin.describe()));
+    }
     drained.judge_convergence(&mut report);
     run.fill(&mut report, drained.after_warm_up(WARM_UP_SHARE));
     if let Some(latency) = &report.latency {

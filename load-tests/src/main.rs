@@ -30,6 +30,7 @@ mod limits;
 mod middle;
 mod own_stack;
 mod pg_statements;
+mod pin;
 mod pipeline;
 mod processes;
 mod project;
@@ -100,7 +101,9 @@ enum Command {
     #[command(after_help = "Example:\n  courier-load scale --events 60000 --shards 12")]
     Scale(scale::ScaleArgs),
     /// A long run at 80 % of the measured maximum; RSS and CPU of every process over time.
-    #[command(after_help = "Example:\n  courier-load soak --minutes 10")]
+    #[command(
+        after_help = "Examples:\n  courier-load soak --minutes 10\n  courier-load soak --minutes 10 --pin-xmin-at 90   # a transaction holds the xmin horizon from 90 s on"
+    )]
     Soak(soak::SoakArgs),
     /// Relay drain rate vs raw emulator publish and raw PostgreSQL claim-and-mark.
     #[command(after_help = "Example:\n  courier-load drain --events 200000 --keys 1000")]

@@ -1,13 +1,14 @@
 //! A running pipeline under test: the rig, its relay and consumer processes, the faults struck
-//! at it and the sampler watching it; what every pipeline command (throughput, latency, soak,
-//! chaos) starts with, and how each ends: drained (or stalled), stopped, and judged by the
-//! independent checker.
+//! at it, the xmin pin held on it and the sampler watching it; what every pipeline command
+//! (throughput, latency, soak, chaos) starts with, and how each ends: drained (or stalled),
+//! stopped, and judged by the independent checker.
 
 use crate::canary::{Canary, CanaryReading};
 use crate::checker::{judge, read_facts, Scope, Verdict};
 use crate::drive::{self, Load, Origin, Sample, Sampler, Watched, WriteOutcome};
 use crate::faults::{strike, FaultPlan, FaultStack, Strikes};
-use crate::pg_statements;
+use crate::pg_statements::{self, HARNESS_TAG};
+use crate::pin::{Baseline, Pin, PinReading, PinSchedule};
 use crate::processes::{emulator_process, Role, Workers};
 use crate::report::{Goal, Latency, Report};
 use crate::rig::{PipelineArgs, Place, Rig, Takeover};
@@ -34,6 +35,38 @@ pub struct Pipeline {
     sampler: Option<Sampler>,
     /// `(label, pid)` watched besides the workers (the emulator, this process).
     others: Vec<(String, u32)>,
+    /// The xmin pin held now (the `pin-xmin` fault's, or `--pin-xmin-at`'s).
+    pin: Option<Pin>,
+    /// `--pin-xmin-at`: the pin to hold during the next write phase.
+    pin_asked: Option<PinSchedule>,
+    /// That pin once its write phase started: when it is due, seconds from the origin.
+    pin_due: Option<(f64, PinSchedule)>,
+    /// Where the next pin's "before" statement counts start.
+    pin_baseline: Baseline,
+    /// What each released pin read.
+    pins: Vec<PinReading>,
+    /// Every write phase so far (a probe's too).
+    write_phases: Vec<WritePhase>,
+}
+
+/// One `write_and_drain`'s writes: when they ran, seconds from the origin, and how many
+/// committed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WritePhase {
+    pub from: f64,
+    pub to: f64,
+    pub committed: u64,
+}
+
+impl WritePhase {
+    /// Committed writes per second.
+    pub fn rate(&self) -> f64 {
+        if self.to > self.from {
+            self.committed as f64 / (self.to - self.from)
+        } else {
+            0.0
+        }
+    }
 }
 
 /// How a pipeline is set up: its rig, its processes, its faults.
@@ -138,6 +171,15 @@ impl Pipeline {
             statements,
             canary: Some(canary),
             others,
+            pin: None,
+            pin_asked: None,
+            pin_due: None,
+            pin_baseline: Baseline {
+                at: 0.0,
+                counts: statements.then(Vec::new),
+            },
+            pins: Vec::new(),
+            write_phases: Vec::new(),
         };
         pipeline.refresh_watched();
         Ok(pipeline)
@@ -162,9 +204,88 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Runs `load` while the plan's faults strike, then waits (up to `drain_timeout`, or
-    /// until progress stalls) until every write committed so far is projected (relay only:
-    /// published) and the outbox is empty.
+    /// Pins the xmin horizon during the next write phase as `schedule` says (from its start).
+    pub fn pin_xmin_in_next_writes(&mut self, schedule: PinSchedule) {
+        self.pin_asked = Some(schedule);
+    }
+
+    /// Whether the xmin horizon is pinned now.
+    pub fn xmin_pinned(&self) -> bool {
+        self.pin.is_some()
+    }
+
+    /// Pins the xmin horizon now until `release_at` (seconds from the origin; `None`: the
+    /// run's conclusion).
+    pub async fn pin_xmin(&mut self, cause: String, release_at: Option<f64>) -> anyhow::Result<()> {
+        anyhow::ensure!(self.pin.is_none(), "the xmin horizon is pinned already");
+        let pin = Pin::hold(
+            &self.rig,
+            self.origin,
+            cause,
+            release_at,
+            self.pin_baseline.clone(),
+        )
+        .await?;
+        self.pin = Some(pin);
+        Ok(())
+    }
+
+    /// Releases the pin held, if any, and keeps what it read; the next pin's "before" starts
+    /// here.
+    pub async fn release_xmin(&mut self) {
+        let Some(pin) = self.pin.take() else {
+            return;
+        };
+        let reading = pin.release(&self.rig, self.origin).await;
+        eprintln!(
+            "{:>7.1} s  xmin released after {:.0} s",
+            reading.to,
+            reading.to - reading.from
+        );
+        self.strikes.timeline.push((
+            reading.to,
+            format!(
+                "xmin released after {:.0} s ({})",
+                reading.to - reading.from,
+                reading.cause
+            ),
+        ));
+        self.pin_baseline = Baseline {
+            at: reading.to,
+            counts: reading.statements.as_ref().map(|[_, _, end]| end.clone()),
+        };
+        self.pins.push(reading);
+    }
+
+    /// Releases a pin whose time is up and starts the one `--pin-xmin-at` asked for once it
+    /// is due (after the pin held, if another is); call periodically during a run.
+    pub async fn tend_pin(&mut self) -> anyhow::Result<()> {
+        let now = self.origin.seconds();
+        if self
+            .pin
+            .as_ref()
+            .and_then(|pin| pin.release_at)
+            .is_some_and(|at| now >= at)
+        {
+            self.release_xmin().await;
+        }
+        if self.pin.is_none() && self.pin_due.is_some_and(|(at, _)| now >= at) {
+            if let Some((_, schedule)) = self.pin_due.take() {
+                let cause = schedule.describe();
+                self.pin_xmin(cause.clone(), schedule.hold.map(|hold| now + hold))
+                    .await?;
+                eprintln!("{now:>7.1} s  xmin pinned ({cause})");
+                self.strikes
+                    .timeline
+                    .push((now, format!("xmin pinned ({cause})")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `load` while the plan's faults strike (and the xmin pin asked for is held), then
+    /// waits (up to `drain_timeout`, or until progress stalls) until every write committed so
+    /// far is projected (relay only: published) and the outbox is empty.
     pub async fn write_and_drain(
         &mut self,
         load: Load,
@@ -173,7 +294,10 @@ impl Pipeline {
         let (config, topic, origin) =
             (self.rig.config.clone(), self.rig.topic.clone(), self.origin);
         let writes_from = origin.seconds();
-        let write = if self.plan.is_empty() {
+        if let Some(schedule) = self.pin_asked.take() {
+            self.pin_due = Some((writes_from + schedule.after, schedule));
+        }
+        let write = if self.plan.is_empty() && self.pin_due.is_none() && self.pin.is_none() {
             drive::write_for(&config, &topic, origin, load).await?
         } else {
             let until = Instant::now() + load.duration;
@@ -185,6 +309,11 @@ impl Pipeline {
             write?
         };
         let writes_to = origin.seconds();
+        self.write_phases.push(WritePhase {
+            from: writes_from,
+            to: writes_to,
+            committed: write.committed,
+        });
         let total = drive::committed_writes(&self.rig).await?;
         let (converged, unpublished) = self.converge(total, drain_timeout).await?;
         Ok(Drained {
@@ -245,6 +374,7 @@ impl Pipeline {
         let mut progressed_at = Instant::now();
         loop {
             self.keep_workers_up()?;
+            self.tend_pin().await?;
             if let Some((done, pending)) = progress(&self.rig, total).await {
                 if (done, pending) != last {
                     progressed_at = Instant::now();
@@ -275,10 +405,11 @@ impl Pipeline {
         }
     }
 
-    /// Reads the commit → projection latency of the writes meant to start `from` seconds
-    /// into the run or later (and the canary's over the same time), stops, reads the dead
-    /// letters, and judges the whole run.
+    /// Releases the xmin pin still held, reads the commit → projection latency of the writes
+    /// meant to start `from` seconds into the run or later (and the canary's over the same
+    /// time), stops, reads the dead letters, and judges the whole run.
     pub async fn conclude(mut self, latency_name: &str, from: f64) -> anyhow::Result<Concluded> {
+        self.release_xmin().await;
         let measured_from = self.origin.instant + Duration::from_secs_f64(from.max(0.0));
         let from = self.origin.wall + chrono::Duration::milliseconds((from * 1_000.0) as i64);
         let latency = match self.rig.scope {
@@ -306,6 +437,8 @@ impl Pipeline {
             samples: finished.samples,
             unexpected_exits: finished.unexpected_exits,
             strikes,
+            pins: finished.pins,
+            write_phases: finished.write_phases,
         })
     }
 
@@ -342,6 +475,8 @@ impl Pipeline {
                 statements,
                 events_per_transaction,
                 unexpected_exits: std::mem::take(&mut self.workers.unexpected_exits),
+                pins: std::mem::take(&mut self.pins),
+                write_phases: std::mem::take(&mut self.write_phases),
             },
             std::mem::take(&mut self.strikes),
         ))
@@ -396,7 +531,7 @@ async fn progress(rig: &Rig, total: u64) -> Option<(u64, i64)> {
 /// Outbox rows not yet published, or `None` when the database cannot answer now.
 async fn unpublished(conn: &tokio_postgres::Client) -> Option<i64> {
     conn.query_one(
-        "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL",
+        &format!("{HARNESS_TAG} SELECT count(*) FROM courier.outbox WHERE published_at IS NULL"),
         &[],
     )
     .await
@@ -498,6 +633,8 @@ struct Finished {
     statements: Option<Vec<crate::report::StatementCost>>,
     events_per_transaction: Option<f64>,
     unexpected_exits: Vec<String>,
+    pins: Vec<PinReading>,
+    write_phases: Vec<WritePhase>,
 }
 
 /// A judged run: what the pipeline commands' reports are made of.
@@ -514,6 +651,9 @@ pub struct Concluded {
     pub samples: Vec<Sample>,
     pub unexpected_exits: Vec<String>,
     pub strikes: Strikes,
+    /// What each xmin pin read, in the order they were released.
+    pub pins: Vec<PinReading>,
+    pub write_phases: Vec<WritePhase>,
 }
 
 impl Concluded {
@@ -602,7 +742,23 @@ impl Concluded {
                 .map(|exit| format!("{exit}; restarted")),
         );
         report.timeline.extend(self.strikes.timeline);
+        // Pins are released outside the strikes' own record.
+        report.timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
         report.panels = drive::panels(&self.samples);
+        if !self.pins.is_empty() {
+            report.panels.extend(drive::horizon_panels(&self.samples));
+        }
+        for reading in self.pins {
+            let phase = self
+                .write_phases
+                .iter()
+                .rev()
+                .find(|phase| phase.from <= reading.from)
+                .copied();
+            let (window, goals) = reading.judge(&self.samples, phase);
+            report.goals.extend(goals);
+            report.pins.push(window);
+        }
         report.latency = self.latency;
         if let Some(canary) = self.canary {
             report.notes.push(canary.note());

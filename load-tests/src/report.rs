@@ -155,6 +155,10 @@ pub struct Report {
     /// loaded).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub statements: Vec<StatementCost>,
+    /// Each window the xmin horizon was pinned: statements before and while, dead tuples, the
+    /// oldest snapshot, the backlog.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<crate::pin::PinnedWindow>,
     /// Remarks on the run a reader needs to judge the numbers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -233,6 +237,9 @@ impl Report {
                 );
             }
         }
+        for pin in &self.pins {
+            out += &pin.to_text();
+        }
         for note in &self.notes {
             out += &format!("  note: {note}\n");
         }
@@ -300,6 +307,9 @@ impl Report {
                     st.query.replace('|', "\\|").replace('`', "'")
                 );
             }
+        }
+        for pin in &self.pins {
+            out += &pin.to_markdown();
         }
         if !self.notes.is_empty() {
             out += "\n## Notes\n\n";

@@ -2,9 +2,13 @@
 //! the same rig just before, sampling the resident memory and CPU of every process (relay,
 //! consumer, emulator, this harness). The framework's processes must keep their memory flat:
 //! the mean RSS of the run's last tenth within ±10 % of its first tenth after warm-up.
+//!
+//! With `--pin-xmin-at`, a transaction of the harness's pins PostgreSQL's xmin horizon from
+//! then on, and the report compares each framework statement before and while pinned (`pin`).
 
 use crate::drive::{Load, Pace};
 use crate::faults::FaultArgs;
+use crate::pin::PinArgs;
 use crate::pipeline::{Pipeline, Setup};
 use crate::report::{Rate, Report};
 use crate::rig::PipelineArgs;
@@ -36,6 +40,8 @@ pub struct SoakArgs {
     pub drain_timeout_secs: u64,
     #[command(flatten)]
     pub faults: FaultArgs,
+    #[command(flatten)]
+    pub pin: PinArgs,
 }
 
 pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
@@ -48,6 +54,9 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
         (0.0..0.9).contains(&args.warm_up),
         "--warm-up must be in [0, 0.9)"
     );
+    let pin = args
+        .pin
+        .schedule(args.minutes * 60.0, "the soak's writes")?;
     let pubsub = TestPubSub::get().await?;
     let p = &args.pipeline;
     let mut pipeline = Pipeline::launch(
@@ -67,6 +76,9 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
         }
     };
     let soak_from = pipeline.origin.seconds();
+    if let Some(pin) = pin {
+        pipeline.pin_xmin_in_next_writes(pin);
+    }
     eprintln!("soaking at {rate:.0}/s for {} min", args.minutes);
     let soak = Load {
         writers: p.writers,
@@ -98,6 +110,9 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
         ("warm_up_share".into(), args.warm_up.to_string()),
         ("faults".into(), faults),
     ]);
+    if let Some(pin) = pin {
+        report.parameters.push(("pin_xmin".into(), pin.describe()));
+    }
     drained.judge_convergence(&mut report);
     run.fill(&mut report, drained.after_warm_up(args.warm_up));
     Ok(report)

@@ -8,6 +8,7 @@ use crate::cpu::{self, CpuMeter};
 use crate::drive::{Load, Pace, WARM_UP_SHARE};
 use crate::faults::FaultArgs;
 use crate::limits;
+use crate::pin::PinArgs;
 use crate::pipeline::{Pipeline, Setup};
 use crate::report::{Rate, Ratio, Report};
 use crate::rig::PipelineArgs;
@@ -45,6 +46,8 @@ pub struct ThroughputArgs {
     pub drain_timeout_secs: u64,
     #[command(flatten)]
     pub faults: FaultArgs,
+    #[command(flatten)]
+    pub pin: PinArgs,
 }
 
 /// The ceilings end to end is held to, measured now, and what each stage costs alone.
@@ -154,7 +157,14 @@ async fn emulator_at_rest(pubsub: &TestPubSub) -> String {
 }
 
 pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
+    let pin = args
+        .pin
+        .schedule(args.seconds as f64, "the writes (--seconds)")?;
     if args.via == Via::Http {
+        anyhow::ensure!(
+            pin.is_none(),
+            "--pin-xmin-at applies to --via outbox only (the services' databases are their own)"
+        );
         return crate::http_path::run(args).await;
     }
     let pubsub = TestPubSub::get().await?;
@@ -172,6 +182,9 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
     )
     .await?;
     let faults = pipeline.plan.describe();
+    if let Some(pin) = pin {
+        pipeline.pin_xmin_in_next_writes(pin);
+    }
     eprintln!("writing for {} s with {} writers", args.seconds, p.writers);
     let drained = pipeline
         .write_and_drain(
@@ -218,6 +231,9 @@ pub async fn run(args: ThroughputArgs, dir: &Path) -> anyhow::Result<Report> {
             drained.write.failed_attempts.to_string(),
         ),
     ]);
+    if let Some(pin) = pin {
+        report.parameters.push(("pin_xmin".into(), pin.describe()));
+    }
     run.fill(&mut report, drained.after_warm_up(WARM_UP_SHARE));
     report.notes.extend(cpu::emulator_jit(&pubsub.host));
     Ok(report)
