@@ -364,6 +364,72 @@ fn a_relay_only_soak_with_a_slow_broker_publishes_everything() {
     let _ = std::fs::remove_dir_all(out);
 }
 
+/// A soak with the xmin horizon pinned from 10 s to its end: the report compares the
+/// statements before and while pinned and gives the framework tables' dead tuples. Whether the
+/// framework met the goals is the measurement's business, not this test's.
+#[test]
+fn a_soak_with_the_xmin_horizon_pinned_reports_the_pinned_window() {
+    let (report, out) = run(
+        "soak",
+        &[
+            "--minutes",
+            "0.5",
+            "--rate",
+            "200",
+            "--pin-xmin-at",
+            "10",
+            "--probe-seconds",
+            "2",
+            "--writers",
+            "2",
+            "--keys",
+            "50",
+        ],
+    );
+    assert_clean("soak", &report);
+    assert_eq!(parameter(&report, "pin_xmin"), "--pin-xmin-at 10");
+    let pins = report["pins"].as_array().expect("a pinned window");
+    assert_eq!(pins.len(), 1, "{}", report["pins"]);
+    let pin = &pins[0];
+    let (from, to) = (
+        pin["from_s"].as_f64().unwrap_or(0.0),
+        pin["to_s"].as_f64().unwrap_or(0.0),
+    );
+    assert!(from > 0.0 && to > from, "{pin}");
+    let statements = pin["statements"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no statements compared: {pin}"));
+    assert!(
+        statements
+            .iter()
+            .any(|s| s["owner"] == "framework" && s["calls_pinned"].as_u64().unwrap_or(0) > 0),
+        "no framework statement called while pinned: {pin}"
+    );
+    let outbox = pin["tables"]
+        .as_array()
+        .and_then(|tables| tables.iter().find(|t| t["table"] == "outbox"))
+        .unwrap_or_else(|| panic!("no outbox tuples: {pin}"));
+    for key in ["dead_at_start", "dead_at_end", "live_at_end"] {
+        assert!(outbox[key].is_i64(), "{key}: {outbox}");
+    }
+    assert!(
+        pin["oldest_snapshot_at_release_s"].as_f64().is_some(),
+        "the pin's own snapshot was not seen: {pin}"
+    );
+    let goals = report["goals"].as_array().expect("goals");
+    assert!(
+        goals.iter().any(|g| g["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("framework statements' mean while xmin pinned"))),
+        "{}",
+        report["goals"]
+    );
+    let summary = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
+    assert!(summary.contains("## xmin pinned"), "{summary}");
+    assert!(summary.contains("| outbox |"), "{summary}");
+    let _ = std::fs::remove_dir_all(out);
+}
+
 /// `claim-cost` runs the relay's own claim statement (under EXPLAIN too), so it breaks when
 /// that statement's parameters change: run it small, so such a change is caught here.
 #[test]
