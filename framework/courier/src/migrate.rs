@@ -117,6 +117,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0017_log_shard_idle_flags",
             sql: include_str!("../../../migrations/courier/0017_log_shard_idle_flags.sql"),
         },
+        Migration {
+            version: 18,
+            name: "0018_append_offsets",
+            sql: include_str!("../../../migrations/courier/0018_append_offsets.sql"),
+        },
     ],
 };
 

@@ -1,9 +1,43 @@
 //! Consumer offsets: how far a consumer group is, saved in every projection transaction,
 //! loaded for operators, and reset (audited) to replay from a point in time with a Seek.
+//!
+//! A lane's position is the newest of its entries in `consumer_offset_log`: a save that moves
+//! the lane appends an entry instead of rewriting a row, and every reader meets the newest
+//! entry first, so no statement's cost grows with the dead entries a long transaction keeps
+//! (P9; 0018_append_offsets.sql). The saves themselves prune a lane's older entries, a range
+//! at a time.
 
 use crate::db::{render, DbError, PgPool, PgTransaction};
 use crate::outbox::shard::shard_of;
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Entries a lane gains through one store between two of its prunes: a prune deletes about
+/// this many in the projection transaction that runs it (a fraction of a millisecond), and a
+/// lane holds a few times as many at most.
+const PRUNE_EVERY: u32 = 64;
+
+/// Sent right before the save, for the rest of the projection's transaction. The log is a
+/// page or two while no horizon is pinned, and a plan cached then (a sequential scan) would
+/// read every page a pin later keeps; with sequential scans off, the save and the prune are
+/// planned through the index whatever the table's size when they were. LOCAL: the handlers'
+/// statements, which ran before, and the next transaction on the connection are unaffected.
+const PLAN_THROUGH_THE_INDEX: &str = "SET LOCAL enable_seqscan = off";
+
+/// A position in a lane's log: (reset_id, publish time), ordered as the index orders them.
+type LogPosition = (i64, DateTime<Utc>);
+
+/// What a store remembers of one lane's log between saves.
+#[derive(Debug, Default, Clone, Copy)]
+struct LaneLog {
+    /// Entries appended through this store since it last pruned the lane.
+    appended: u32,
+    /// The newest entries the last two prunes kept, newer first. A prune starts from the
+    /// older one: the range of a prune whose transaction rolled back is covered again, and
+    /// what a pin keeps further down is not walked again. None: from the lane's start.
+    kept: [Option<LogPosition>; 2],
+}
 
 /// Where a consumer group is.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -38,23 +72,36 @@ pub struct Position<'a> {
     pub publish_time: DateTime<Utc>,
 }
 
+/// Clones share what they remember of the lanes (one store per consumer).
 #[derive(Debug, Clone)]
 pub struct OffsetStore {
     schema: String,
     lanes: u32,
     save: String,
+    prune: String,
     load: String,
+    groups: String,
+    message_time: String,
     reset: String,
+    /// Per consumer group, per lane: appends since the lane's last prune, and where it was.
+    logs: Arc<Mutex<HashMap<String, Vec<LaneLog>>>>,
 }
 
 impl OffsetStore {
     pub fn new(schema: &str, lanes: u32) -> Self {
+        let positions = render(include_str!("queries/lane_positions.sql"), schema);
+        let with_positions =
+            |sql: &str| render(sql, schema).replace("{positions}", positions.trim_end());
         Self {
             schema: schema.into(),
             lanes,
             save: render(include_str!("queries/save_offset.sql"), schema),
-            load: render(include_str!("queries/load_offset.sql"), schema),
-            reset: render(include_str!("queries/reset_offset.sql"), schema),
+            prune: render(include_str!("queries/prune_offsets.sql"), schema),
+            load: with_positions(include_str!("queries/load_offset.sql")),
+            groups: render(include_str!("queries/offset_groups.sql"), schema),
+            message_time: with_positions(include_str!("queries/offset_of_message.sql")),
+            reset: with_positions(include_str!("queries/reset_offset.sql")),
+            logs: Arc::default(),
         }
     }
 
@@ -77,21 +124,80 @@ impl OffsetStore {
             .prepared(&self.save)
             .await
             .map_err(DbError::query(context()))?;
-        tx.execute(
-            &save,
-            &[
-                &group,
-                &lane,
-                &subscription,
-                &position.message_id,
-                &position.publish_time,
-                &lag_millis,
-                &instance,
-            ],
-        )
-        .await
-        .map_err(DbError::query(context()))?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &group,
+            &lane,
+            &subscription,
+            &position.message_id,
+            &position.publish_time,
+            &lag_millis,
+            &instance,
+        ];
+        // `join!` polls in order: the SET goes out first, the save right behind it.
+        let (planned, appended) = futures::join!(
+            tx.batch_execute(PLAN_THROUGH_THE_INDEX),
+            tx.execute(&save, &params)
+        );
+        planned.map_err(DbError::query(context()))?;
+        let appended = appended.map_err(DbError::query(context()))?;
+        if appended > 0 {
+            if let Some(from) = self.due_for_pruning(group, lane) {
+                self.prune(tx, group, lane, from).await?;
+            }
+        }
         Ok(lag_millis)
+    }
+
+    /// Counts an append to `lane`; when the lane is due, returns where its prune starts.
+    fn due_for_pruning(&self, group: &str, lane: i32) -> Option<Option<LogPosition>> {
+        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        let lanes = match logs.get_mut(group) {
+            Some(lanes) => lanes,
+            None => logs.entry(group.to_owned()).or_default(),
+        };
+        let index = usize::try_from(lane).unwrap_or(0);
+        if lanes.len() <= index {
+            lanes.resize(index + 1, LaneLog::default());
+        }
+        let log = &mut lanes[index];
+        log.appended += 1;
+        if log.appended < PRUNE_EVERY {
+            return None;
+        }
+        log.appended = 0;
+        Some(log.kept[1])
+    }
+
+    /// Deletes `lane`'s entries below its newest one from `from` up, in `tx`.
+    async fn prune(
+        &self,
+        tx: &PgTransaction<'_>,
+        group: &str,
+        lane: i32,
+        from: Option<LogPosition>,
+    ) -> Result<(), DbError> {
+        let context = || format!("prune offsets of group {group}, lane {lane}");
+        let prune = tx
+            .prepared(&self.prune)
+            .await
+            .map_err(DbError::query(context()))?;
+        let (from_reset, from_time) = from.unzip();
+        let row = tx
+            .query_opt(&prune, &[&group, &lane, &from_reset, &from_time])
+            .await
+            .map_err(DbError::query(context()))?;
+        let Some(row) = row else { return Ok(()) };
+        let newest: LogPosition = (row.get("reset_id"), row.get("publish_time"));
+        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(log) = logs
+            .get_mut(group)
+            .and_then(|lanes| lanes.get_mut(usize::try_from(lane).unwrap_or(0)))
+        {
+            if log.kept[0].is_none_or(|kept| kept < newest) {
+                log.kept = [Some(newest), log.kept[0]];
+            }
+        }
+        Ok(())
     }
 
     /// The group's position, or `None` before its first event.
@@ -120,13 +226,7 @@ impl OffsetStore {
         let context = format!("list consumer groups in schema {}", self.schema);
         let client = pool.get().await.map_err(DbError::pool(&context))?;
         let rows = client
-            .query(
-                &format!(
-                    "SELECT DISTINCT consumer_group FROM {}.consumer_offsets ORDER BY 1",
-                    self.schema
-                ),
-                &[],
-            )
+            .query(&self.groups, &[])
             .await
             .map_err(DbError::query(&context))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -143,14 +243,7 @@ impl OffsetStore {
         let context = format!("find message {message_id} in the offsets of group {group}");
         let client = pool.get().await.map_err(DbError::pool(&context))?;
         let row = client
-            .query_opt(
-                &format!(
-                    "SELECT max(publish_time) FROM {}.consumer_offsets
-                     WHERE consumer_group = $1 AND message_id = $2",
-                    self.schema
-                ),
-                &[&group, &message_id],
-            )
+            .query_opt(&self.message_time, &[&group, &message_id])
             .await
             .map_err(DbError::query(&context))?;
         Ok(row.and_then(|r| r.get(0)))
