@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 /// passed over (see [`ScanFrom`]).
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
 
+/// However the floor is kept, a full scan from the shard's start this often: the catch-all for
+/// a row the floor passed while invisible to every look (a writer that took its seq before a
+/// floor query's snapshot but got its transaction id after it, a window of microseconds, then
+/// committed late). While a long transaction pins the xmin horizon this walks every row
+/// published since the pin, once per interval instead of once a second.
+const RESCAN_ALL_EVERY: Duration = Duration::from_secs(120);
+
 /// Unsettled stretches [`ScanFrom`] keeps at most; past it the two oldest merge (which only
 /// keeps the scan start lower for longer).
 const MAX_UNSETTLED: usize = 32;
@@ -57,6 +64,8 @@ pub struct ScanFrom {
     /// Stretches short claims passed over while other transactions ran, oldest first.
     unsettled: VecDeque<Unsettled>,
     last_full_scan: Instant,
+    /// The last full scan from the shard's start.
+    last_rescan_all: Instant,
     /// Rows went back: the next claim is a full scan.
     full_scan_due: bool,
 }
@@ -93,12 +102,16 @@ impl ScanFrom {
             rewinds: 0,
             unsettled: VecDeque::new(),
             last_full_scan: Instant::now(),
+            last_rescan_all: Instant::now(),
             full_scan_due: false,
         }
     }
 
     /// Where the next claim looks.
     pub fn next(&mut self) -> Scan {
+        if self.last_rescan_all.elapsed() >= RESCAN_ALL_EVERY {
+            self.rescan_all();
+        }
         let regular = self
             .unsettled
             .front()
@@ -194,6 +207,7 @@ impl ScanFrom {
     /// Anything may be claimable again (an operator retried or skipped a dead row, or wakes
     /// may have been lost): the next claim is a full scan from the shard's start.
     pub fn rescan_all(&mut self) {
+        self.last_rescan_all = Instant::now();
         self.rewind_to(0);
     }
 }
@@ -369,6 +383,24 @@ mod tests {
             start(&mut scan),
             0,
             "an operator's action: from the shard's start"
+        );
+    }
+
+    #[test]
+    fn a_while_after_the_last_scan_from_the_start_the_next_full_scan_starts_there_again() {
+        let mut scan = ScanFrom::start();
+        scan.claimed(0, 10, &claim(&[100], 50, 50));
+        for _ in 0..2 {
+            let (_, rewinds) = full_scan(&mut scan);
+            scan.floor_found(rewinds, 101, ClaimSnapshot { xmin: 60, xmax: 60 });
+        }
+        assert_eq!(full_scan(&mut scan).0, 101);
+        scan.last_rescan_all -= RESCAN_ALL_EVERY;
+        assert_eq!(start(&mut scan), 0, "the catch-all scan from the start");
+        assert_eq!(
+            start(&mut scan),
+            101,
+            "and not again until the next interval"
         );
     }
 }
