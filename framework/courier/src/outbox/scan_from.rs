@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 /// passed over (see [`ScanFrom`]).
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
 
-/// However the floor is kept, a full scan from the shard's start this often: the catch-all for
-/// a row the floor passed while invisible to every look (a writer that took its seq before a
-/// floor query's snapshot but got its transaction id after it, a window of microseconds, then
-/// committed late). While a long transaction pins the xmin horizon this walks every row
-/// published since the pin, once per interval instead of once a second.
-const RESCAN_ALL_EVERY: Duration = Duration::from_secs(120);
+/// However the floor is kept, a full scan from the shard's start this often: a safety net for a
+/// row the floor passed while no look could see it, which the append's order (a transaction
+/// id before any seq, insert_events.sql) rules out for rows written through `Outbox::append`.
+/// While a long transaction pins the xmin horizon this walks every row published since the
+/// pin, once per interval instead of once a second.
+const RESCAN_ALL_EVERY: Duration = Duration::from_secs(600);
 
 /// Unsettled stretches [`ScanFrom`] keeps at most; past it the two oldest merge (which only
 /// keeps the scan start lower for longer).

@@ -4,3 +4,6 @@
 -- ids and versions.
 INSERT INTO {schema}.outbox_versions (aggregate_id, version)
 SELECT * FROM UNNEST($5::text[], $7::bigint[])
+-- The row count the insert waits for (insert_events.sql): this insert gives the transaction its
+-- id before any outbox row takes a seq.
+RETURNING 1
