@@ -15,7 +15,8 @@
 //!
 //! Claims look for rows only where one may have appeared since the last look ([`ScanFrom`]),
 //! so a claim does not wade through this claimer's own rows in flight; a full scan from the
-//! shard's start picks up whatever a claim may have passed over.
+//! shard's floor (below which nothing is left to claim) picks up whatever a claim may have
+//! passed over.
 
 use crate::config::RelayConfig;
 use crate::db::DbError;

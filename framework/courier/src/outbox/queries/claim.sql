@@ -5,8 +5,9 @@
 -- Scan start: the owner's rows in flight stay in outbox_ready until marked, and each costs the
 -- scan a heap fetch to see its lock token (thousands with a slow broker or unique keys: most
 -- of a claim's cost). So the owner passes $6, the lowest seq where a row may have appeared
--- since it last looked, and the never-failed rows are looked for from there; it passes 0 (a
--- full scan) when rows may have been left behind below it (see outbox/scan_from.rs). Each row
+-- since it last looked, and the never-failed rows are looked for from there; for a full scan,
+-- when rows may have been left behind below it, it passes the shard's floor (claim_floor.sql,
+-- outbox/scan_from.rs), not 0, which would walk every row a pinned horizon keeps. Each row
 -- returns the statement's snapshot bounds, with which the owner tells when the transactions
 -- that were running as it looked have all ended.
 --
