@@ -195,9 +195,10 @@ impl Claimer {
                         regular,
                         rewinds,
                     } => {
-                        let (found, snapshot) = store.claim_floor(shard, token, floor).await?;
-                        tracing::debug!(shard, floor, found, regular, rewinds, ?snapshot, "full scan");
-                        (found.min(regular), Some((rewinds, found, snapshot)))
+                        let look = store.claim_floor(shard, token, floor).await?;
+                        tracing::debug!(shard, floor, regular, rewinds, ?look, "full scan");
+                        let start = look.lowest.unwrap_or(look.next_seq).min(regular);
+                        (start, Some((rewinds, look)))
                     }
                 };
                 let claimed = store
@@ -210,8 +211,8 @@ impl Claimer {
                     act.claiming = false;
                     let from_seq = result.as_ref().map_or(-1, |(from_seq, _, _)| *from_seq);
                     let result = result.map(|(from_seq, floor, claimed)| {
-                        if let Some((rewinds, found, snapshot)) = floor {
-                            act.scan_from.floor_found(rewinds, found, snapshot);
+                        if let Some((rewinds, look)) = floor {
+                            act.scan_from.floor_found(rewinds, look);
                         }
                         act.scan_from.claimed(from_seq, asked, &claimed);
                         claimed

@@ -75,6 +75,16 @@ pub struct ClaimSnapshot {
     pub xmax: i64,
 }
 
+/// What a floor query saw (queries/claim_floor.sql): the lowest seq a claim may take, if a row
+/// was visible, and the seq the next row would get, read after the statement's snapshot was
+/// taken (see [`crate::outbox::scan_from::ScanFrom::floor_found`] for why that matters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FloorLook {
+    pub lowest: Option<i64>,
+    pub next_seq: i64,
+    pub snapshot: ClaimSnapshot,
+}
+
 /// The rows a claim took, in claim order, and its snapshot (`None` when it took none).
 #[derive(Debug)]
 pub struct Claimed {
@@ -282,27 +292,27 @@ impl OutboxStore {
         })
     }
 
-    /// Where a full scan of `shard` starts, looking from `from` (see queries/claim_floor.sql),
-    /// and the snapshot it looked in.
+    /// What a floor query of `shard` looking from `from` saw (see queries/claim_floor.sql).
     pub async fn claim_floor(
         &self,
         shard: u32,
         token: Uuid,
         from: i64,
-    ) -> Result<(i64, ClaimSnapshot), DbError> {
+    ) -> Result<FloorLook, DbError> {
         let context = format!("find the claim floor of shard {shard}");
         let (conn, statement) = self.conn_prepared(&self.claim_floor, &context).await?;
         let row = conn
             .query_one(&statement, &[&shard_param(shard), &from, &token])
             .await
             .map_err(DbError::query(context))?;
-        Ok((
-            row.get(0),
-            ClaimSnapshot {
-                xmin: row.get(1),
-                xmax: row.get(2),
+        Ok(FloorLook {
+            lowest: row.get(0),
+            next_seq: row.get(1),
+            snapshot: ClaimSnapshot {
+                xmin: row.get(2),
+                xmax: row.get(3),
             },
-        ))
+        })
     }
 
     fn ensured(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {

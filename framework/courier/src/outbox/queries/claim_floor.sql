@@ -1,40 +1,41 @@
--- Where a full scan of shard $1 starts (outbox/scan_from.rs): the lowest seq from $2 on of a
--- never-failed unpublished row that is not in flight with token $3 and not waiting behind a
--- parked row of its key (the same probe as claim.sql's), or, if there is none, the seq the
--- next row will get. Walks outbox_ready from the previous floor only, so while a long
--- transaction pins the xmin horizon it passes the entries of the rows published since the
--- last full scan, not of every row published since the pin (P9). With the statement's
--- snapshot bounds: the floor holds once the transactions running now have ended.
-SELECT coalesce(
-           (SELECT o.seq
-            FROM {schema}.outbox o
-            WHERE o.shard = $1
-              AND o.seq >= $2
-              AND o.published_at IS NULL
-              AND o.dead_at IS NULL
-              AND o.next_retry_at IS NULL
-              AND o.lock_token IS DISTINCT FROM $3
-              -- In an OR, as in claim.sql: a probe per row, made only while the shard has a
-              -- parked row (a plain NOT EXISTS may become an anti join reading every
-              -- unpublished version of the shard, the dead ones a pin keeps included).
-              AND (NOT EXISTS (SELECT 1
-                               FROM {schema}.outbox p
-                               WHERE p.shard = $1
-                                 AND p.published_at IS NULL
-                                 AND (p.dead_at IS NOT NULL OR p.next_retry_at IS NOT NULL))
-                   OR NOT EXISTS (
-                      SELECT 1
-                      FROM {schema}.outbox e
-                      WHERE e.shard = $1
-                        AND e.aggregate_id = o.aggregate_id
-                        AND e.version < o.version
-                        AND e.published_at IS NULL
-                        AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
-                        AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
-            ORDER BY o.seq
-            LIMIT 1),
-           coalesce(pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox', 'seq')::regclass), 0) + 1
-       ) AS floor,
+-- What a full scan of shard $1 looks for first (outbox/scan_from.rs): the lowest seq from $2 on
+-- of a never-failed unpublished row that is not in flight with token $3 and not waiting behind
+-- a parked row of its key (the same probe as claim.sql's), NULL if it sees none; the seq the
+-- next row will get; and the statement's snapshot bounds. Walks outbox_ready from the previous
+-- floor only, so while a long transaction pins the xmin horizon it passes the entries of the
+-- rows published since the last full scan, not of every row published since the pin (P9).
+-- The next seq is read after the snapshot was taken: a transaction may have taken its id after
+-- the snapshot and seqs before the read, so its rows lie below that seq unseen and not counted
+-- as running. ScanFrom therefore uses it only as the bound of a later look.
+SELECT (SELECT o.seq
+        FROM {schema}.outbox o
+        WHERE o.shard = $1
+          AND o.seq >= $2
+          AND o.published_at IS NULL
+          AND o.dead_at IS NULL
+          AND o.next_retry_at IS NULL
+          AND o.lock_token IS DISTINCT FROM $3
+          -- In an OR, as in claim.sql: a probe per row, made only while the shard has a
+          -- parked row (a plain NOT EXISTS may become an anti join reading every
+          -- unpublished version of the shard, the dead ones a pin keeps included).
+          AND (NOT EXISTS (SELECT 1
+                           FROM {schema}.outbox p
+                           WHERE p.shard = $1
+                             AND p.published_at IS NULL
+                             AND (p.dead_at IS NOT NULL OR p.next_retry_at IS NOT NULL))
+               OR NOT EXISTS (
+                  SELECT 1
+                  FROM {schema}.outbox e
+                  WHERE e.shard = $1
+                    AND e.aggregate_id = o.aggregate_id
+                    AND e.version < o.version
+                    AND e.published_at IS NULL
+                    AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
+                    AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
+        ORDER BY o.seq
+        LIMIT 1) AS lowest,
+       coalesce(pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox', 'seq')::regclass), 0) + 1
+           AS next_seq,
        pg_snapshot_xmin(s)::text::bigint AS xmin,
        pg_snapshot_xmax(s)::text::bigint AS xmax
 FROM pg_current_snapshot() s
