@@ -541,9 +541,11 @@ async fn the_owners_rows_in_flight_do_not_make_its_next_claim_costlier() -> anyh
 
 /// What the claimer's scan start (`ScanFrom`, outbox/scan_from.rs) relies on. A row whose transaction
 /// took its seq before later rows were claimed, and commits after: the claim that passed over
-/// its seq saw that transaction running (its id within the snapshot's `xmin..xmax`); once it
-/// committed, a later claim's `xmin` has passed that `xmax`, and that claim, looking from the
-/// seq passed over, takes the row.
+/// its seq saw that transaction running (its id within the claim's `xmin..next_xid`); once it
+/// committed, a later claim's `xmin` has passed that `next_xid`, and that claim, looking from
+/// the seq passed over, takes the row. The committed row's transaction takes its id first, so
+/// the late one's id is above every completed id: PostgreSQL's snapshot `xmax` (the newest
+/// completed id plus one) does not cover it, and a check against `xmax` fails here.
 #[tokio::test]
 async fn a_claims_snapshot_says_when_a_row_it_passed_over_has_committed() -> anyhow::Result<()> {
     let s = setup(&[("early", 1)]).await?;
@@ -552,6 +554,12 @@ async fn a_claims_snapshot_says_when_a_row_it_passed_over_has_committed() -> any
     assert_eq!(keys(&first.rows), owned(&[("early", 1)]));
     let frontier = first.rows[0].seq + 1;
 
+    let mut conn = s.db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    let after_xid: i64 = tx
+        .query_one("SELECT pg_current_xact_id()::text::bigint", &[])
+        .await?
+        .get(0);
     let mut late_conn = s.db.pool.get().await?;
     let late = late_conn.transaction().await?;
     s.outbox.append(&late, event("late", 1)).await?;
@@ -559,8 +567,7 @@ async fn a_claims_snapshot_says_when_a_row_it_passed_over_has_committed() -> any
         .query_one("SELECT pg_current_xact_id()::text::bigint", &[])
         .await?
         .get(0);
-    let mut conn = s.db.pool.get().await?;
-    let tx = conn.transaction().await?;
+    assert!(after_xid < late_xid);
     s.outbox.append(&tx, event("after", 1)).await?;
     tx.commit().await?;
 
@@ -573,7 +580,7 @@ async fn a_claims_snapshot_says_when_a_row_it_passed_over_has_committed() -> any
         .snapshot
         .expect("a claim that took rows has a snapshot");
     assert!(
-        seen.xmin <= late_xid && late_xid < seen.xmax,
+        seen.xmin <= late_xid && late_xid < seen.next_xid,
         "the late row's transaction {late_xid} was running, the snapshot says {seen:?}"
     );
 
@@ -595,7 +602,7 @@ async fn a_claims_snapshot_says_when_a_row_it_passed_over_has_committed() -> any
                     &[],
                 )
                 .await
-                .is_ok_and(|row| row.get::<_, i64>(0) >= seen.xmax)
+                .is_ok_and(|row| row.get::<_, i64>(0) >= seen.next_xid)
         },
     )
     .await?;

@@ -210,9 +210,10 @@ impl Claimer {
             .map(move |result: Result<_, DbError>, act, ctx| {
                     act.claiming = false;
                     let from_seq = result.as_ref().map_or(-1, |(from_seq, _, _)| *from_seq);
-                    let result = result.map(|(from_seq, floor, claimed)| {
+                    let result = result.map(|(from_seq, floor, mut claimed)| {
                         if let Some((rewinds, look)) = floor {
                             act.scan_from.floor_found(rewinds, look);
+                            claimed = claimed.after(&look);
                         }
                         act.scan_from.claimed(from_seq, asked, &claimed);
                         claimed

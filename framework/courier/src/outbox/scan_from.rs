@@ -26,9 +26,9 @@ const MAX_UNSETTLED: usize = 32;
 /// * Past the newest row claimed (`frontier`), everything is new.
 /// * Below it, a row appears when its transaction, which took its seq before rows claimed
 ///   already, commits after them. It was running when the claim that passed over its seq
-///   looked, so it had an id below that claim's snapshot `xmax`. Such a stretch of seqs is
-///   unsettled until a claim that scanned it saw every transaction below that `xmax` ended
-///   (its snapshot's `xmin` at least as high): that claim took whatever they committed.
+///   looked, so it had an id below that claim's `next_xid`. Such a stretch of seqs is
+///   unsettled until a claim that scanned it saw every transaction below that `next_xid`
+///   ended (its snapshot's `xmin` at least as high): that claim took whatever they committed.
 ///   Seqs are handed out in time order (an identity without a cache), so a transaction that
 ///   had no seq yet when a claim looked takes one past every row that claim could see.
 /// * After a claim that took all it asked for (a backlog), the next one goes on after its
@@ -55,8 +55,8 @@ pub struct ScanFrom {
     frontier: i64,
     /// Where full scans start (see above).
     floor: i64,
-    /// A floor a floor query found, and its snapshot's `xmax`: it may become the floor once a
-    /// later snapshot's `xmin` reaches that `xmax`.
+    /// A floor a floor query found, and its `next_xid`: it may become the floor once a later
+    /// look's `xmin` reaches that `next_xid`.
     pending_floor: Option<(i64, i64)>,
     /// The next seq as the last floor query read it, after its snapshot: every seq below it
     /// was handed out before the next floor query's snapshot (see [`ScanFrom::floor_found`]).
@@ -88,12 +88,12 @@ pub enum Scan {
     },
 }
 
-/// Seqs from `start` on that a claim passed over while transactions below `xmax` may have
-/// been writing rows into them.
+/// Seqs from `start` on that a claim passed over while transactions below `next_xid` may
+/// have been writing rows into them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Unsettled {
     start: i64,
-    xmax: i64,
+    next_xid: i64,
 }
 
 impl ScanFrom {
@@ -155,8 +155,8 @@ impl ScanFrom {
         if rewinds != self.rewinds {
             return;
         }
-        if let Some((pending, xmax)) = self.pending_floor {
-            if look.snapshot.xmin >= xmax {
+        if let Some((pending, next_xid)) = self.pending_floor {
+            if look.snapshot.xmin >= next_xid {
                 // Whatever the transactions running at the pending floor's look wrote below
                 // it is visible now, so this look (from the floor) found it: `found` is at
                 // most its seq.
@@ -165,7 +165,7 @@ impl ScanFrom {
             }
         }
         if self.pending_floor.is_none() {
-            self.pending_floor = Some((found, look.snapshot.xmax));
+            self.pending_floor = Some((found, look.snapshot.next_xid));
         }
     }
 
@@ -177,11 +177,11 @@ impl ScanFrom {
             return;
         };
         self.unsettled
-            .retain(|stretch| !(from <= stretch.start && stretch.xmax <= snapshot.xmin));
+            .retain(|stretch| !(from <= stretch.start && stretch.next_xid <= snapshot.xmin));
         if last < self.frontier {
             return;
         }
-        let others_running = snapshot.xmin < snapshot.xmax;
+        let others_running = snapshot.xmin < snapshot.next_xid;
         if claimed.rows.len() < asked && others_running {
             if self.unsettled.len() == MAX_UNSETTLED {
                 if let (Some(oldest), Some(next)) =
@@ -189,13 +189,13 @@ impl ScanFrom {
                 {
                     self.unsettled.push_front(Unsettled {
                         start: oldest.start,
-                        xmax: oldest.xmax.max(next.xmax),
+                        next_xid: oldest.next_xid.max(next.next_xid),
                     });
                 }
             }
             self.unsettled.push_back(Unsettled {
                 start: self.frontier,
-                xmax: snapshot.xmax,
+                next_xid: snapshot.next_xid,
             });
         }
         self.frontier = last + 1;
@@ -231,22 +231,22 @@ mod tests {
     use super::*;
     use crate::outbox::store::{ClaimSnapshot, ClaimedRow};
 
-    /// A floor query that saw a claimable row at `lowest`, with transactions `xmin..xmax`
+    /// A floor query that saw a claimable row at `lowest`, with transactions `xmin..next_xid`
     /// running.
-    fn seen(lowest: i64, xmin: i64, xmax: i64) -> FloorLook {
+    fn seen(lowest: i64, xmin: i64, next_xid: i64) -> FloorLook {
         FloorLook {
             lowest: Some(lowest),
             next_seq: lowest,
-            snapshot: ClaimSnapshot { xmin, xmax },
+            snapshot: ClaimSnapshot { xmin, next_xid },
         }
     }
 
     /// A floor query that saw no claimable row and then read `next_seq` from the sequence.
-    fn saw_none(next_seq: i64, xmin: i64, xmax: i64) -> FloorLook {
+    fn saw_none(next_seq: i64, xmin: i64, next_xid: i64) -> FloorLook {
         FloorLook {
             lowest: None,
             next_seq,
-            snapshot: ClaimSnapshot { xmin, xmax },
+            snapshot: ClaimSnapshot { xmin, next_xid },
         }
     }
 
@@ -266,14 +266,14 @@ mod tests {
         }
     }
 
-    /// A claim's outcome: rows with these seqs, seen with transactions `xmin..xmax` running.
-    fn claim(seqs: &[i64], xmin: i64, xmax: i64) -> Claimed {
+    /// A claim's outcome: rows with these seqs, seen with transactions `xmin..next_xid` running.
+    fn claim(seqs: &[i64], xmin: i64, next_xid: i64) -> Claimed {
         Claimed {
             rows: seqs
                 .iter()
                 .map(|&seq| ClaimedRow::for_test(seq, "a", 1))
                 .collect(),
-            snapshot: (!seqs.is_empty()).then_some(ClaimSnapshot { xmin, xmax }),
+            snapshot: (!seqs.is_empty()).then_some(ClaimSnapshot { xmin, next_xid }),
         }
     }
 

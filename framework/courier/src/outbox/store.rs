@@ -66,13 +66,16 @@ impl ClaimedRow {
     }
 }
 
-/// What a claim saw of other transactions: those with ids from `xmin` up to (not including)
-/// `xmax` may still have been running, so rows they wrote were not visible to it; every
-/// transaction below `xmin` had ended (PostgreSQL's `pg_current_snapshot()`).
+/// What a claim or floor query saw of other transactions: those with ids from `xmin` up to
+/// (not including) `next_xid` may still have been running, so rows they wrote were not visible
+/// to it; every transaction below `xmin` had ended. `next_xid` is above every id handed out
+/// before the snapshot, not the snapshot's `xmax` (the newest id completed plus one: a
+/// transaction with a higher id may be running unlisted). A floor query's `xmin` leaves out
+/// transactions running in other databases (queries/claim_floor.sql).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimSnapshot {
     pub xmin: i64,
-    pub xmax: i64,
+    pub next_xid: i64,
 }
 
 /// What a floor query saw (queries/claim_floor.sql): the lowest seq a claim may take, if a row
@@ -90,6 +93,19 @@ pub struct FloorLook {
 pub struct Claimed {
     pub rows: Vec<ClaimedRow>,
     pub snapshot: Option<ClaimSnapshot>,
+}
+
+impl Claimed {
+    /// The claim ran after `look`: every transaction of this database the look saw ended had
+    /// ended for the claim too. The look's `xmin` leaves out transactions of other databases,
+    /// which the claim's own cannot, so a long one there does not keep the stretches this claim
+    /// scanned unsettled (scan_from.rs).
+    pub fn after(mut self, look: &FloorLook) -> Self {
+        if let Some(snapshot) = &mut self.snapshot {
+            snapshot.xmin = snapshot.xmin.max(look.snapshot.xmin);
+        }
+        self
+    }
 }
 
 /// A row whose publish failed, and what to do about it.
@@ -259,7 +275,7 @@ impl OutboxStore {
             .map_err(DbError::query(context))?;
         let snapshot = rows.first().map(|row| ClaimSnapshot {
             xmin: row.get(13),
-            xmax: row.get(14),
+            next_xid: row.get(14),
         });
         let mut claimed: Vec<ClaimedRow> = rows
             .into_iter()
@@ -310,7 +326,7 @@ impl OutboxStore {
             next_seq: row.get(1),
             snapshot: ClaimSnapshot {
                 xmin: row.get(2),
-                xmax: row.get(3),
+                next_xid: row.get(3),
             },
         })
     }

@@ -151,9 +151,15 @@ WITH changed AS (
 UPDATE {schema}.outbox o
 SET lock_token = $2, locked_at = now()
 FROM claimable c,
-     -- The claim's snapshot: which transactions were still running when it looked
-     -- (outbox/scan_from.rs uses it to know when rows it passed over have committed).
-     (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin, pg_snapshot_xmax(s)::text::bigint AS xmax
+     -- Which transactions may still have been running when the claim looked: ids from the
+     -- snapshot's xmin up to (not including) next_xid (outbox/scan_from.rs uses them to know
+     -- when rows it passed over have committed). Not up to the snapshot's xmax, the newest
+     -- id completed plus one: a transaction with a higher id may be running, unlisted.
+     -- age() measures from this transaction's id or, before it has one, from the next id to
+     -- be handed out, read after the snapshot was taken: above every id handed out before.
+     (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin,
+             pg_snapshot_xmin(s)::text::bigint
+                 + age((pg_snapshot_xmin(s)::text::bigint % 4294967296)::text::xid) AS next_xid
       FROM pg_current_snapshot() s) snapshot
 WHERE o.ctid = c.ctid AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
@@ -182,7 +188,7 @@ RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, 
                            WHERE l.aggregate_id = o.aggregate_id
                              AND l.version < o.version) appended)
           END AS prev_version,
-          snapshot.xmin, snapshot.xmax,
+          snapshot.xmin, snapshot.next_xid,
           -- Where this UPDATE left the row: its mark finds it there (outbox/row_address.rs).
           o.ctid,
           -- It waited for a retry: its key's later versions waited behind it.

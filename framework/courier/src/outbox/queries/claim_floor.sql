@@ -1,12 +1,13 @@
 -- What a full scan of shard $1 looks for first (outbox/scan_from.rs): the lowest seq from $2 on
 -- of a never-failed unpublished row that is not in flight with token $3 and not waiting behind
 -- a parked row of its key (the same probe as claim.sql's), NULL if it sees none; the seq the
--- next row will get; and the statement's snapshot bounds. Walks outbox_ready from the previous
--- floor only, so while a long transaction pins the xmin horizon it passes the entries of the
--- rows published since the last full scan, not of every row published since the pin (P9).
--- The next seq is read after the snapshot was taken: a transaction may have taken its id after
--- the snapshot and seqs before the read, so its rows lie below that seq unseen and not counted
--- as running. ScanFrom therefore uses it only as the bound of a later look.
+-- next row will get; and which of this database's transactions may have been running. Walks
+-- outbox_ready from the previous floor only, so while a long transaction pins the xmin horizon
+-- it passes the entries of the rows published since the last full scan, not of every row
+-- published since the pin (P9). The next seq is read after the snapshot was taken: a
+-- transaction may have taken its id after the snapshot and seqs before the read, so its rows
+-- lie below that seq unseen and not counted as running. ScanFrom therefore uses it only as the
+-- bound of a later look.
 SELECT (SELECT o.seq
         FROM {schema}.outbox o
         WHERE o.shard = $1
@@ -36,6 +37,23 @@ SELECT (SELECT o.seq
         LIMIT 1) AS lowest,
        coalesce(pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox', 'seq')::regclass), 0) + 1
            AS next_seq,
-       pg_snapshot_xmin(s)::text::bigint AS xmin,
-       pg_snapshot_xmax(s)::text::bigint AS xmax
+       -- The lowest id of a transaction that may have been running in this database at the
+       -- snapshot: transactions running in other databases cannot write this outbox, so a
+       -- long one there (a report, a pg_dump) does not hold this shard's floor (P9). Left
+       -- out only when seen running elsewhere after the snapshot; an id that ended since
+       -- stays in (it may have been this database's). Never above the snapshot's xmax.
+       coalesce((SELECT min(x::text::bigint)
+                 FROM pg_snapshot_xip(s) x
+                 WHERE NOT EXISTS (SELECT 1
+                                   FROM pg_stat_activity a
+                                   WHERE a.datname IS DISTINCT FROM current_database()
+                                     AND a.backend_xid::text::bigint = x::text::bigint % 4294967296)
+                   AND NOT EXISTS (SELECT 1
+                                   FROM pg_prepared_xacts p
+                                   WHERE p.database <> current_database()
+                                     AND p.transaction::text::bigint = x::text::bigint % 4294967296)),
+                pg_snapshot_xmax(s)::text::bigint) AS xmin,
+       -- Above every id handed out before the snapshot (as in claim.sql).
+       pg_snapshot_xmin(s)::text::bigint
+           + age((pg_snapshot_xmin(s)::text::bigint % 4294967296)::text::xid) AS next_xid
 FROM pg_current_snapshot() s
