@@ -8,6 +8,16 @@
 -- transaction may have taken its id after the snapshot and seqs before the read, so its rows
 -- lie below that seq unseen and not counted as running. ScanFrom therefore uses it only as the
 -- bound of a later look.
+WITH locks AS MATERIALIZED (
+    SELECT locktype, virtualtransaction, transactionid, database, relation FROM pg_locks
+), writers AS (
+    -- Transactions holding a lock on this outbox (every insert holds one until it ends).
+    SELECT virtualtransaction
+    FROM locks
+    WHERE locktype = 'relation'
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND relation = '{schema}.outbox'::regclass
+)
 SELECT (SELECT o.seq
         FROM {schema}.outbox o
         WHERE o.shard = $1
@@ -37,21 +47,20 @@ SELECT (SELECT o.seq
         LIMIT 1) AS lowest,
        coalesce(pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox', 'seq')::regclass), 0) + 1
            AS next_seq,
-       -- The lowest id of a transaction that may have been running in this database at the
-       -- snapshot: transactions running in other databases cannot write this outbox, so a
-       -- long one there (a report, a pg_dump) does not hold this shard's floor (P9). Left
-       -- out only when seen running elsewhere after the snapshot; an id that ended since
-       -- stays in (it may have been this database's). Never above the snapshot's xmax.
+       -- The lowest id of a transaction that may have been writing this outbox at the
+       -- snapshot. A transaction seen running with no lock on the outbox has taken no seq (an
+       -- insert locks the table before it takes one) and takes later ones only above every
+       -- seq a look found so far, so a long one that writes other tables or other databases
+       -- (a batch job, a report, a migration) does not hold this shard's floor (P9). Never
+       -- above the snapshot's xmax. One read of the lock table: a transaction's id and its
+       -- table locks are matched by its virtual id, in the same read.
        coalesce((SELECT min(x::text::bigint)
                  FROM pg_snapshot_xip(s) x
-                 WHERE NOT EXISTS (SELECT 1
-                                   FROM pg_stat_activity a
-                                   WHERE a.datname IS DISTINCT FROM current_database()
-                                     AND a.backend_xid::text::bigint = x::text::bigint % 4294967296)
-                   AND NOT EXISTS (SELECT 1
-                                   FROM pg_prepared_xacts p
-                                   WHERE p.database <> current_database()
-                                     AND p.transaction::text::bigint = x::text::bigint % 4294967296)),
+                 WHERE x::text::bigint % 4294967296 NOT IN (
+                     SELECT t.transactionid::text::bigint
+                     FROM locks t
+                     WHERE t.locktype = 'transactionid'
+                       AND t.virtualtransaction NOT IN (SELECT virtualtransaction FROM writers))),
                 pg_snapshot_xmax(s)::text::bigint) AS xmin,
        -- Above every id handed out before the snapshot (as in claim.sql).
        pg_snapshot_xmin(s)::text::bigint
