@@ -71,7 +71,7 @@ impl ClaimedRow {
 /// to it; every transaction below `xmin` had ended. `next_xid` is above every id handed out
 /// before the snapshot, not the snapshot's `xmax` (the newest id completed plus one: a
 /// transaction with a higher id may be running unlisted). A floor query's `xmin` leaves out
-/// transactions running in other databases (queries/claim_floor.sql).
+/// transactions holding no lock on the outbox, which have taken no seq (queries/claim_floor.sql).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimSnapshot {
     pub xmin: i64,
@@ -96,10 +96,10 @@ pub struct Claimed {
 }
 
 impl Claimed {
-    /// The claim ran after `look`: every transaction of this database the look saw ended had
-    /// ended for the claim too. The look's `xmin` leaves out transactions of other databases,
-    /// which the claim's own cannot, so a long one there does not keep the stretches this claim
-    /// scanned unsettled (scan_from.rs).
+    /// The claim ran after `look`: every transaction writing the outbox that the look saw ended
+    /// had ended for the claim too. The look's `xmin` leaves out transactions that hold no lock
+    /// on the outbox, which the claim's own cannot, so a long one writing elsewhere does not
+    /// keep the stretches this claim scanned unsettled (scan_from.rs).
     pub fn after(mut self, look: &FloorLook) -> Self {
         if let Some(snapshot) = &mut self.snapshot {
             snapshot.xmin = snapshot.xmin.max(look.snapshot.xmin);
