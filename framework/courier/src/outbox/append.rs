@@ -94,6 +94,9 @@ pub struct Outbox {
     /// NOTIFY channel the relay's listener LISTENs on.
     channel: String,
     append_sql: String,
+    /// The same for events that all go to one shard (most appends: see
+    /// queries/wake_idle_shard.sql).
+    append_one_shard_sql: String,
     /// The same insert without the wake-up.
     append_quiet_sql: String,
     /// Whether appends wake an idle relay (see [`Outbox::without_wakeups`]).
@@ -120,12 +123,15 @@ impl Outbox {
         let versions = render(include_str!("queries/record_versions.sql"), schema);
         let insert = render(include_str!("queries/insert_events.sql"), schema);
         let wake = render(include_str!("queries/wake_idle_shards.sql"), schema);
+        let wake_one = render(include_str!("queries/wake_idle_shard.sql"), schema);
+        let with_wake = |wake: &str| {
+            format!("WITH versions AS (\n{versions}\n), inserted AS (\n{insert}\n)\n{wake}")
+        };
         Self {
             shard_count: config.relay.shard_count,
             channel: wake_channel(schema),
-            append_sql: format!(
-                "WITH versions AS (\n{versions}\n), inserted AS (\n{insert}\n)\n{wake}"
-            ),
+            append_sql: with_wake(&wake),
+            append_one_shard_sql: with_wake(&wake_one),
             append_quiet_sql: format!("WITH versions AS (\n{versions}\n)\n{insert}"),
             wakeups: true,
         }
@@ -160,7 +166,7 @@ impl Outbox {
             return Ok(Vec::new());
         }
         let (rows, appended) = self.rows(events)?;
-        let (sql, param_count) = self.insert();
+        let (sql, param_count) = self.insert(&rows);
         let params = rows.params(&self.channel);
         tx.run_append(sql, &params[..param_count])
             .await
@@ -201,7 +207,7 @@ impl Outbox {
             tx.commit().await.map_err(DbError::query(context()))?;
             return Ok(appended);
         }
-        let (sql, param_count) = self.insert();
+        let (sql, param_count) = self.insert(&rows);
         let statement = tx.prepared(sql).await.map_err(DbError::query(context()))?;
         let params = rows.params(&self.channel);
         tx.execute_and_commit(&statement, &untyped(&params[..param_count]))
@@ -211,13 +217,15 @@ impl Outbox {
         Ok(appended)
     }
 
-    /// The insert, with the wake-up or without it (see [`Outbox::without_wakeups`]), and how
-    /// many of [`AppendRows::params`] it takes (the last is the wake channel).
-    fn insert(&self) -> (&str, usize) {
-        if self.wakeups {
-            (&self.append_sql, 12)
-        } else {
+    /// The insert for `rows`, with the wake-up or without it (see [`Outbox::without_wakeups`]),
+    /// and how many of [`AppendRows::params`] it takes (the wake channel, then the one shard).
+    fn insert(&self, rows: &AppendRows) -> (&str, usize) {
+        if !self.wakeups {
             (&self.append_quiet_sql, 11)
+        } else if rows.shards.iter().all(|&shard| shard == rows.first_shard) {
+            (&self.append_one_shard_sql, 13)
+        } else {
+            (&self.append_sql, 12)
         }
     }
 
@@ -256,7 +264,11 @@ impl Outbox {
             });
             rows.ids.push(event.event_id);
             // shard < shard_count ≤ 1024 fits in i32.
-            rows.shards.push(i32::try_from(shard).unwrap_or(i32::MAX));
+            let shard = i32::try_from(shard).unwrap_or(i32::MAX);
+            if rows.shards.is_empty() {
+                rows.first_shard = shard;
+            }
+            rows.shards.push(shard);
             rows.topics.push(event.topic);
             rows.aggregate_types.push(event.aggregate_type);
             rows.aggregate_ids.push(event.aggregate_id);
@@ -274,6 +286,8 @@ impl Outbox {
 struct AppendRows {
     ids: Vec<Uuid>,
     shards: Vec<i32>,
+    /// The first event's shard: the one-shard wake's parameter.
+    first_shard: i32,
     topics: Vec<String>,
     aggregate_types: Vec<String>,
     aggregate_ids: Vec<String>,
@@ -290,6 +304,7 @@ impl AppendRows {
         Self {
             ids: Vec::with_capacity(n),
             shards: Vec::with_capacity(n),
+            first_shard: 0,
             topics: Vec::with_capacity(n),
             aggregate_types: Vec::with_capacity(n),
             aggregate_ids: Vec::with_capacity(n),
@@ -302,8 +317,9 @@ impl AppendRows {
         }
     }
 
-    /// The insert's parameters, each with its declared type; the wake channel last.
-    fn params<'a>(&'a self, channel: &'a String) -> [(&'a (dyn ToSql + Sync), Type); 12] {
+    /// The insert's parameters, each with its declared type; the wake channel and the first
+    /// event's shard last.
+    fn params<'a>(&'a self, channel: &'a String) -> [(&'a (dyn ToSql + Sync), Type); 13] {
         [
             (&self.ids, Type::UUID_ARRAY),
             (&self.shards, Type::INT4_ARRAY),
@@ -317,6 +333,7 @@ impl AppendRows {
             (&self.attributes, Type::JSONB_ARRAY),
             (&self.occurred, Type::TIMESTAMPTZ_ARRAY),
             (channel, Type::TEXT),
+            (&self.first_shard, Type::INT4),
         ]
     }
 }
