@@ -223,10 +223,7 @@ async fn drain(
 /// Shared buffers (hit + read) one claim of `batch` rows in shard 0 touches, from
 /// `EXPLAIN (ANALYZE, BUFFERS)` of the relay's claim statement, rolled back.
 async fn claim_buffers(conn: &tokio_postgres::Client, batch: u32) -> anyhow::Result<i64> {
-    let claim = courier::db::render(
-        include_str!("../../framework/courier/src/outbox/queries/claim.sql"),
-        "courier",
-    );
+    let claim = courier::outbox::store::claim_statement("courier");
     conn.batch_execute("BEGIN").await?;
     let explained = conn
         .query_one(

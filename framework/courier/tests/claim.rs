@@ -388,7 +388,7 @@ async fn explain_claim(
     owner: Uuid,
     from_seq: i64,
 ) -> anyhow::Result<serde_json::Value> {
-    let claim = courier::db::render(include_str!("../src/outbox/queries/claim.sql"), "courier");
+    let claim = courier::outbox::store::claim_statement("courier");
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
     tx.batch_execute(&format!(

@@ -145,10 +145,10 @@ impl ScanFrom {
     /// not the one it read itself: PostgreSQL takes a statement's snapshot before it runs, so
     /// a transaction may take its id just after the snapshot (not counted as running in it)
     /// and seqs before the query reads the sequence. Floored at that read, such rows were
-    /// passed for good: 167 rows of a shard's first transaction once stayed unpublished
-    /// (a full test run, where timings differ). Every seq below the previous read was handed out before this
-    /// query began, by a transaction that had its id then (the append's order), so this
-    /// snapshot sees that transaction as ended or running.
+    /// passed for good: 167 rows of a shard's first transaction once stayed unpublished (a
+    /// full test run, where timings differ). Every seq below the previous read was handed out
+    /// before this query began, by a transaction that had its id then (the append's order), so
+    /// this snapshot sees that transaction as ended or running.
     pub fn floor_found(&mut self, rewinds: u64, look: FloorLook) {
         let found = look.lowest.unwrap_or(self.next_seq_seen);
         self.next_seq_seen = self.next_seq_seen.max(look.next_seq);

@@ -172,6 +172,22 @@ impl PublishedRows {
     }
 }
 
+/// The relay's claim (queries/claim.sql) for `schema`, as the relay runs it.
+pub fn claim_statement(schema: &str) -> String {
+    render_claim_query(include_str!("queries/claim.sql"), schema)
+}
+
+/// `sql` with the parked-row probe it shares with the other claim query written in.
+fn render_claim_query(sql: &str, schema: &str) -> String {
+    render(
+        &sql.replace(
+            "{not_behind_a_parked_row}",
+            include_str!("queries/not_behind_a_parked_row.sql").trim_end(),
+        ),
+        schema,
+    )
+}
+
 impl OutboxStore {
     pub fn new(pool: PgPool, schema: &str) -> Self {
         Self::with_published_rows(pool, schema, PublishedRows::Kept)
@@ -185,8 +201,8 @@ impl OutboxStore {
         };
         Self {
             pool,
-            claim: render(include_str!("queries/claim.sql"), schema),
-            claim_floor: render(include_str!("queries/claim_floor.sql"), schema),
+            claim: claim_statement(schema),
+            claim_floor: render_claim_query(include_str!("queries/claim_floor.sql"), schema),
             ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
             ensured: Mutex::default(),
             mark_published: render(mark_published, schema),

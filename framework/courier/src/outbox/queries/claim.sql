@@ -94,15 +94,7 @@ WITH changed AS (
           AND (o.lock_token IS NULL
                OR (o.lock_token <> $2 AND o.locked_at < now() - make_interval(secs => $3)))
           AND (NOT (SELECT present FROM parked)
-               OR NOT EXISTS (
-                  SELECT 1
-                  FROM {schema}.outbox e
-                  WHERE e.shard = $1
-                    AND e.aggregate_id = o.aggregate_id
-                    AND e.version < o.version
-                    AND e.published_at IS NULL
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
+               OR {not_behind_a_parked_row})
         ORDER BY o.seq
         LIMIT $5
     ) UNION ALL (
@@ -116,15 +108,7 @@ WITH changed AS (
           AND (o.lock_token IS NULL
                OR (o.lock_token <> $2 AND o.locked_at < now() - make_interval(secs => $3)))
           AND (NOT (SELECT present FROM parked)
-               OR NOT EXISTS (
-                  SELECT 1
-                  FROM {schema}.outbox e
-                  WHERE e.shard = $1
-                    AND e.aggregate_id = o.aggregate_id
-                    AND e.version < o.version
-                    AND e.published_at IS NULL
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
+               OR {not_behind_a_parked_row})
         ORDER BY o.seq
         LIMIT $5
     )) c

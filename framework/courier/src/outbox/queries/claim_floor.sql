@@ -34,15 +34,7 @@ SELECT (SELECT o.seq
                            WHERE p.shard = $1
                              AND p.published_at IS NULL
                              AND (p.dead_at IS NOT NULL OR p.next_retry_at IS NOT NULL))
-               OR NOT EXISTS (
-                  SELECT 1
-                  FROM {schema}.outbox e
-                  WHERE e.shard = $1
-                    AND e.aggregate_id = o.aggregate_id
-                    AND e.version < o.version
-                    AND e.published_at IS NULL
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at IS NOT NULL)
-                    AND (e.dead_at IS NOT NULL OR e.next_retry_at > now())))
+               OR {not_behind_a_parked_row})
         ORDER BY o.seq
         LIMIT 1) AS lowest,
        coalesce(pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox', 'seq')::regclass), 0) + 1
