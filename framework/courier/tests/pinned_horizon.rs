@@ -47,17 +47,6 @@ fn versions(topic: &str, from: i64, to: i64) -> Vec<NewEvent> {
         .collect()
 }
 
-async fn connect(db: &TestDb) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = db
-        .config
-        .url
-        .parse::<tokio_postgres::Config>()?
-        .connect(tokio_postgres::NoTls)
-        .await?;
-    tokio::spawn(connection);
-    Ok(client)
-}
-
 async fn backend_pid(client: &tokio_postgres::Client) -> anyhow::Result<i32> {
     Ok(client
         .query_one("SELECT pg_backend_pid()", &[])
@@ -124,7 +113,7 @@ async fn the_relay_reads_no_more_pages_per_event_after_20k_events_under_a_pinned
     published(&relay, KEYS, "the first versions published").await?;
 
     // A session holding a snapshot, as pg_dump or a report does.
-    let pin = connect(&db).await?;
+    let pin = db.client().await?;
     pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM courier.outbox")
         .await?;
     // And long writing transactions that do not append events: one in another database of
@@ -134,11 +123,11 @@ async fn the_relay_reads_no_more_pages_per_event_after_20k_events_under_a_pinned
     // databases out; 71.8 → 405.2 with both while they left out only other databases; 68.5 →
     // 74.0 since they leave out every transaction holding no lock on the outbox).
     let elsewhere = TestDb::new().await?;
-    let writer = connect(&elsewhere).await?;
+    let writer = elsewhere.client().await?;
     writer
         .batch_execute("BEGIN; SELECT pg_current_xact_id()")
         .await?;
-    let local_writer = connect(&db).await?;
+    let local_writer = db.client().await?;
     local_writer
         .batch_execute(
             "CREATE TABLE public.report_runs (id bigint); \

@@ -5,7 +5,7 @@
 use courier::db::PgConnection;
 use courier::outbox::{NewEvent, Outbox};
 use courier::CourierConfig;
-use courier_testkit::TestDb;
+use courier_testkit::{keyed_event, TestDb};
 
 const SUM: &str = "SELECT $1::int + 1";
 /// Followed by a number, the text of one of many distinct statements.
@@ -137,16 +137,7 @@ async fn appends_of_one_shards_events_keep_their_generic_plan() -> anyhow::Resul
         ..Default::default()
     };
     let outbox = Outbox::new(&config);
-    let event = |key: &str, version| {
-        NewEvent::new(
-            "t.events",
-            "video",
-            key,
-            "video.changed",
-            version,
-            vec![1u8],
-        )
-    };
+    let event = |key: &str, version| keyed_event("t.events", key, version);
     let mut conn = db.pool.get().await?;
     for version in 1..=12 {
         let tx = conn.transaction().await?;
