@@ -177,15 +177,19 @@ pub fn claim_statement(schema: &str) -> String {
     render_claim_query(include_str!("queries/claim.sql"), schema)
 }
 
-/// `sql` with the parked-row probe it shares with the other claim query written in.
+/// `sql` with the fragments the claim queries share written in: the parked-row probe and the
+/// next transaction id.
 fn render_claim_query(sql: &str, schema: &str) -> String {
-    render(
-        &sql.replace(
+    let sql = sql
+        .replace(
             "{not_behind_a_parked_row}",
             include_str!("queries/not_behind_a_parked_row.sql").trim_end(),
-        ),
-        schema,
-    )
+        )
+        .replace(
+            "{next_xid}",
+            include_str!("queries/next_xid.sql").trim_end(),
+        );
+    render(&sql, schema)
 }
 
 impl OutboxStore {

@@ -141,13 +141,9 @@ SET lock_token = $2, locked_at = now()
 FROM claimable c,
      -- Which transactions may still have been running when the claim looked: ids from the
      -- snapshot's xmin up to (not including) next_xid (outbox/scan_from.rs uses them to know
-     -- when rows it passed over have committed). Not up to the snapshot's xmax, the newest
-     -- id completed plus one: a transaction with a higher id may be running, unlisted.
-     -- age() measures from this transaction's id or, before it has one, from the next id to
-     -- be handed out, read after the snapshot was taken: above every id handed out before.
+     -- when rows it passed over have committed).
      (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin,
-             pg_snapshot_xmin(s)::text::bigint
-                 + age((pg_snapshot_xmin(s)::text::bigint % 4294967296)::text::xid) AS next_xid
+             {next_xid} AS next_xid
       FROM pg_current_snapshot() s) snapshot
 WHERE o.ctid = c.ctid AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,

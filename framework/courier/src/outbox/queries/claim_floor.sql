@@ -54,7 +54,5 @@ SELECT (SELECT o.seq
                      WHERE t.locktype = 'transactionid'
                        AND t.virtualtransaction NOT IN (SELECT virtualtransaction FROM writers))),
                 pg_snapshot_xmax(s)::text::bigint) AS xmin,
-       -- Above every id handed out before the snapshot (as in claim.sql).
-       pg_snapshot_xmin(s)::text::bigint
-           + age((pg_snapshot_xmin(s)::text::bigint % 4294967296)::text::xid) AS next_xid
+       {next_xid} AS next_xid
 FROM pg_current_snapshot() s
