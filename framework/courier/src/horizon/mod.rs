@@ -14,6 +14,15 @@ use crate::db::{render, DbError, PgPool};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Held back this long, the horizon keeps dead row versions that scans of the outbox's
+/// unpublished rows meet (a few seconds of open transactions are ordinary).
+const HELD_AFTER_SECS: f64 = 60.0;
+
+/// Held back by this many transactions, when the holder's start is not visible (or for a
+/// replication slot, which has none).
+const HELD_AFTER_XIDS: i32 = 100_000;
 
 /// The session holding the oldest snapshot of the database.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -108,6 +117,35 @@ impl Horizon {
         let prepared = self.oldest_prepared.as_ref().map_or(0, |p| p.xid_age);
         session.max(prepared)
     }
+
+    /// Whether the horizon is held back long enough that vacuum leaves dead row versions
+    /// behind it: by a transaction open over [`HELD_AFTER_SECS`] (or, its start hidden, over
+    /// [`HELD_AFTER_XIDS`] transactions old), or by a replication slot that old.
+    pub fn is_held(&self) -> bool {
+        let open = match self.held_secs() {
+            Some(secs) => secs > HELD_AFTER_SECS,
+            None => self.held_xids() > HELD_AFTER_XIDS,
+        };
+        open || self
+            .oldest_slot
+            .as_ref()
+            .is_some_and(|slot| slot.xid_age() > HELD_AFTER_XIDS)
+    }
+}
+
+/// Whether the horizon was held back when last sampled ([`Horizon::is_held`]): the relay's
+/// shard owner sets it, its claimers read it. Not held until a sample says so.
+#[derive(Debug, Clone, Default)]
+pub struct HeldFlag(Arc<AtomicBool>);
+
+impl HeldFlag {
+    pub fn set(&self, held: bool) {
+        self.0.store(held, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// The horizon query, rendered once for a schema.
@@ -181,9 +219,9 @@ impl HorizonQuery {
 /// Set once the missing `pg_monitor` grant was logged, so it is logged once per process.
 static NOT_VISIBLE_LOGGED: AtomicBool = AtomicBool::new(false);
 
-/// Reads the horizon and sets its gauges; a failure is logged and leaves them as they were.
-/// The relay calls it with its backlog gauges, once per shard-owner tick.
-pub async fn sample(query: &HorizonQuery, pool: &PgPool) {
+/// Reads the horizon, sets its gauges and `held`; a failure is logged and leaves them as they
+/// were. The relay calls it with its backlog gauges, once per shard-owner tick.
+pub async fn sample(query: &HorizonQuery, pool: &PgPool, held: &HeldFlag) {
     match query.read(pool).await {
         Ok(horizon) => {
             if !horizon.sees_all_sessions && !NOT_VISIBLE_LOGGED.swap(true, Ordering::Relaxed) {
@@ -195,6 +233,7 @@ pub async fn sample(query: &HorizonQuery, pool: &PgPool) {
                 );
             }
             publish_gauges(&horizon);
+            held.set(horizon.is_held());
         }
         Err(e) => tracing::warn!(error = %e, "could not sample the xmin horizon"),
     }
@@ -273,6 +312,34 @@ mod tests {
         };
         assert_eq!(h.held_secs(), None);
         assert_eq!(h.held_xids(), 12);
+    }
+
+    #[test]
+    fn held_means_open_over_a_minute_or_by_a_slot_far_behind() {
+        let open = |age_secs, xid_age| Horizon {
+            oldest_session: Some(session(age_secs, xid_age)),
+            ..horizon()
+        };
+        assert!(!horizon().is_held());
+        assert!(
+            !open(Some(5.0), 2_000_000).is_held(),
+            "a short busy transaction"
+        );
+        assert!(open(Some(61.0), 3).is_held());
+        assert!(!open(None, 5).is_held(), "start hidden, young");
+        assert!(open(None, 200_000).is_held(), "start hidden, old");
+        let slot = SlotHolder {
+            name: "standby".into(),
+            slot_type: "physical".into(),
+            active: true,
+            xmin_age: Some(200_000),
+            catalog_xmin_age: None,
+        };
+        let behind = Horizon {
+            oldest_slot: Some(slot),
+            ..horizon()
+        };
+        assert!(behind.is_held());
     }
 
     #[test]

@@ -21,6 +21,7 @@
 use crate::config::RelayConfig;
 use crate::db::DbError;
 use crate::fast_hash::FastHash;
+use crate::horizon::HeldFlag;
 use crate::outbox::keys_out::KeysOut;
 use crate::outbox::marking::{Marking, RowMeta};
 use crate::outbox::publish_limit::Permits;
@@ -79,6 +80,8 @@ pub struct Claimer {
     config: Arc<RelayConfig>,
     supervision: Supervision,
     before_mark: Option<BeforeMark>,
+    /// Whether the xmin horizon is held back, as the shard owner last sampled it.
+    horizon_held: HeldFlag,
     /// This incarnation's claim token.
     token: Uuid,
     /// A claim query is running.
@@ -128,6 +131,7 @@ impl Claimer {
         config: Arc<RelayConfig>,
         supervision: Supervision,
         before_mark: Option<BeforeMark>,
+        horizon_held: HeldFlag,
     ) -> Self {
         let keys_out = KeysOut::new(publishers.limit().keys_out());
         Self {
@@ -137,6 +141,7 @@ impl Claimer {
             config,
             supervision,
             before_mark,
+            horizon_held,
             token: Uuid::new_v4(),
             claiming: false,
             in_flight: 0,
@@ -185,6 +190,7 @@ impl Claimer {
         let lease = self.config.claim_lease();
         let asked = permits.count();
         let limit = u32::try_from(asked).unwrap_or(u32::MAX);
+        self.scan_from.horizon_held(self.horizon_held.get());
         let scan = self.scan_from.next();
         ctx.spawn(
             async move {

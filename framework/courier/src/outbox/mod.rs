@@ -16,6 +16,7 @@ pub mod append;
 pub mod attributes;
 pub mod claimer;
 pub mod event;
+mod floor;
 pub mod keys_out;
 mod marking;
 pub mod notify_listener;

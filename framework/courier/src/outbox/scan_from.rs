@@ -1,5 +1,6 @@
 //! Where a claim starts looking: the scan start of one claimer's claims (see [`ScanFrom`]).
 
+use crate::outbox::floor::Floor;
 use crate::outbox::store::{Claimed, FloorLook};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -11,8 +12,8 @@ const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
 /// However the floor is kept, a full scan from the shard's start this often: a safety net for a
 /// row the floor passed while no look could see it, which the append's order (a transaction
 /// id before any seq, insert_events.sql) rules out for rows written through `Outbox::append`.
-/// While a long transaction pins the xmin horizon this walks every row published since the
-/// pin, once per interval instead of once a second.
+/// Such a scan walks every index entry a pinned xmin horizon keeps, so it waits while the
+/// horizon is held (see [`ScanFrom::horizon_held`]) and runs as soon as it is released.
 const RESCAN_ALL_EVERY: Duration = Duration::from_secs(600);
 
 /// Unsettled stretches [`ScanFrom`] keeps at most; past it the two oldest merge (which only
@@ -54,13 +55,7 @@ pub struct ScanFrom {
     /// The seq after the newest row claimed; 0 before the first claim.
     frontier: i64,
     /// Where full scans start (see above).
-    floor: i64,
-    /// A floor a floor query found, and its `next_xid`: it may become the floor once a later
-    /// look's `xmin` reaches that `next_xid`.
-    pending_floor: Option<(i64, i64)>,
-    /// The next seq as the last floor query read it, after its snapshot: every seq below it
-    /// was handed out before the next floor query's snapshot (see [`ScanFrom::floor_found`]).
-    next_seq_seen: i64,
+    floor: Floor,
     /// Counts rewinds: a floor query started before one may not raise the floor past the rows
     /// that went back.
     rewinds: u64,
@@ -69,6 +64,8 @@ pub struct ScanFrom {
     last_full_scan: Instant,
     /// The last full scan from the shard's start.
     last_rescan_all: Instant,
+    /// The xmin horizon was held back when last sampled: the timed scan from the start waits.
+    horizon_held: bool,
     /// Rows went back: the next claim is a full scan.
     full_scan_due: bool,
 }
@@ -100,20 +97,28 @@ impl ScanFrom {
     pub fn start() -> Self {
         Self {
             frontier: 0,
-            floor: 0,
-            pending_floor: None,
-            next_seq_seen: 0,
+            floor: Floor::start(),
             rewinds: 0,
             unsettled: VecDeque::new(),
             last_full_scan: Instant::now(),
             last_rescan_all: Instant::now(),
+            horizon_held: false,
             full_scan_due: false,
         }
     }
 
+    /// Whether the xmin horizon is held back (sampled by the shard owner, `horizon::Horizon::
+    /// is_held`). While it is, the timed scan from the shard's start waits: it would walk the
+    /// entry of every row published since the horizon was pinned, a cost that grows with the
+    /// pin (P9), to look for rows the floor's reasoning says cannot be there. It runs once the
+    /// horizon is released; an operator's action still scans from the start at once.
+    pub fn horizon_held(&mut self, held: bool) {
+        self.horizon_held = held;
+    }
+
     /// Where the next claim looks.
     pub fn next(&mut self) -> Scan {
-        if self.last_rescan_all.elapsed() >= RESCAN_ALL_EVERY {
+        if !self.horizon_held && self.last_rescan_all.elapsed() >= RESCAN_ALL_EVERY {
             self.rescan_all();
         }
         let regular = self
@@ -127,7 +132,7 @@ impl ScanFrom {
             self.full_scan_due = false;
             self.last_full_scan = Instant::now();
             return Scan::Full {
-                floor: self.floor,
+                floor: self.floor.get(),
                 regular: if self.frontier == 0 {
                     i64::MAX
                 } else {
@@ -139,33 +144,13 @@ impl ScanFrom {
         Scan::From(regular)
     }
 
-    /// What the floor query of the full scan handed out with `rewinds` saw.
-    ///
-    /// If it saw no claimable row, its floor is the next seq the previous floor query read,
-    /// not the one it read itself: PostgreSQL takes a statement's snapshot before it runs, so
-    /// a transaction may take its id just after the snapshot (not counted as running in it)
-    /// and seqs before the query reads the sequence. Floored at that read, such rows were
-    /// passed for good: 167 rows of a shard's first transaction once stayed unpublished (a
-    /// full test run, where timings differ). Every seq below the previous read was handed out
-    /// before this query began, by a transaction that had its id then (the append's order), so
-    /// this snapshot sees that transaction as ended or running.
+    /// What the floor query of the full scan handed out with `rewinds` saw ([`Floor::found`]);
+    /// a query that began before rows went back only bounds the next one.
     pub fn floor_found(&mut self, rewinds: u64, look: FloorLook) {
-        let found = look.lowest.unwrap_or(self.next_seq_seen);
-        self.next_seq_seen = self.next_seq_seen.max(look.next_seq);
-        if rewinds != self.rewinds {
-            return;
-        }
-        if let Some((pending, next_xid)) = self.pending_floor {
-            if look.snapshot.xmin >= next_xid {
-                // Whatever the transactions running at the pending floor's look wrote below
-                // it is visible now, so this look (from the floor) found it: `found` is at
-                // most its seq.
-                self.floor = self.floor.max(pending.min(found));
-                self.pending_floor = None;
-            }
-        }
-        if self.pending_floor.is_none() {
-            self.pending_floor = Some((found, look.snapshot.next_xid));
+        if rewinds == self.rewinds {
+            self.floor.found(&look);
+        } else {
+            self.floor.saw_next_seq(&look);
         }
     }
 
@@ -210,10 +195,7 @@ impl ScanFrom {
     /// and its key's later versions may go): the floor goes down to `seq`, and the next claim
     /// is a full scan.
     pub fn rewind_to(&mut self, seq: i64) {
-        self.floor = self.floor.min(seq);
-        if let Some((pending, _)) = &mut self.pending_floor {
-            *pending = (*pending).min(seq);
-        }
+        self.floor.lower_to(seq);
         self.rewinds += 1;
         self.full_scan_due = true;
     }
@@ -434,6 +416,38 @@ mod tests {
             start(&mut scan),
             101,
             "and not again until the next interval"
+        );
+    }
+
+    #[test]
+    fn the_timed_scan_from_the_start_waits_while_the_horizon_is_held() {
+        let mut scan = ScanFrom::start();
+        scan.claimed(0, 10, &claim(&[100], 50, 50));
+        for _ in 0..2 {
+            let (_, rewinds) = full_scan(&mut scan);
+            scan.floor_found(rewinds, seen(101, 60, 60));
+        }
+        scan.horizon_held(true);
+        scan.last_rescan_all -= RESCAN_ALL_EVERY * 3;
+        assert_eq!(full_scan(&mut scan).0, 101, "held: from the floor");
+        scan.rescan_all();
+        assert_eq!(
+            start(&mut scan),
+            0,
+            "an operator's action does not wait for the horizon"
+        );
+        scan.last_rescan_all -= RESCAN_ALL_EVERY;
+        scan.claimed(0, 10, &claim(&[102], 70, 70));
+        for _ in 0..2 {
+            let (_, rewinds) = full_scan(&mut scan);
+            scan.floor_found(rewinds, seen(103, 70, 70));
+        }
+        assert_eq!(full_scan(&mut scan).0, 103);
+        scan.horizon_held(false);
+        assert_eq!(
+            start(&mut scan),
+            0,
+            "released: the overdue scan runs at once"
         );
     }
 

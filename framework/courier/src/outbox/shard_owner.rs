@@ -9,7 +9,7 @@
 
 use crate::config::{CourierConfig, RelayConfig};
 use crate::db::DbError;
-use crate::horizon::HorizonQuery;
+use crate::horizon::{HeldFlag, HorizonQuery};
 use crate::outbox::claimer::{BeforeMark, Claimer, OutboxNotified, StopClaiming};
 use crate::outbox::publisher::Publishers;
 use crate::outbox::shard::stable_hash;
@@ -71,6 +71,8 @@ pub struct ShardOwner {
     lock_namespace: i32,
     /// What holds the xmin horizon back, sampled with the backlog gauges.
     horizon: Arc<HorizonQuery>,
+    /// Whether that sample found the horizon held back; the claimers read it.
+    horizon_held: HeldFlag,
     /// The dedicated connection holding the advisory locks.
     lock_client: Option<Arc<Client>>,
     owned: BTreeMap<u32, Addr<Claimer>>,
@@ -96,6 +98,7 @@ impl ShardOwner {
             supervision,
             lock_namespace,
             horizon,
+            horizon_held: HeldFlag::default(),
             lock_client: None,
             owned: BTreeMap::new(),
             releasing: BTreeSet::new(),
@@ -160,6 +163,7 @@ impl ShardOwner {
         limit.publish_gauges();
         let order = shard_order(instance, shard_count);
         let horizon = self.horizon.clone();
+        let horizon_held = self.horizon_held.clone();
         ctx.spawn(
             async move {
                 // Shutting down: no heartbeat, so the row that `Deregister` deletes stays gone.
@@ -169,7 +173,7 @@ impl ShardOwner {
                     store.heartbeat(instance, &owned, lease, limit).await?
                 };
                 sample_backlog(&store).await;
-                crate::horizon::sample(&horizon, store.pool()).await;
+                crate::horizon::sample(&horizon, store.pool(), &horizon_held).await;
                 let share = if shutting_down { 0 } else { shard_count.div_ceil(live) as usize };
                 let mut acquired = Vec::new();
                 if owned.len() < share {
@@ -218,6 +222,7 @@ impl ShardOwner {
     fn start_claimer(&mut self, shard: u32) {
         tracing::info!(instance = %self.instance_id, shard, "shard acquired");
         let parts = self.parts.clone();
+        let horizon_held = self.horizon_held.clone();
         let addr = Supervisor::start(move |_| {
             Claimer::new(
                 shard,
@@ -231,6 +236,7 @@ impl ShardOwner {
                     parts.escalate.clone(),
                 ),
                 parts.before_mark.clone(),
+                horizon_held.clone(),
             )
         });
         self.owned.insert(shard, addr);
