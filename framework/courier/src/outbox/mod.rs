@@ -14,6 +14,7 @@
 
 pub mod append;
 pub mod attributes;
+pub mod backlog;
 pub mod claimer;
 pub mod event;
 mod floor;

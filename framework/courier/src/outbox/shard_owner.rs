@@ -10,6 +10,7 @@
 use crate::config::{CourierConfig, RelayConfig};
 use crate::db::DbError;
 use crate::horizon::{HeldFlag, HorizonQuery};
+use crate::outbox::backlog::BacklogGauge;
 use crate::outbox::claimer::{BeforeMark, Claimer, OutboxNotified, StopClaiming};
 use crate::outbox::publisher::Publishers;
 use crate::outbox::shard::stable_hash;
@@ -73,6 +74,9 @@ pub struct ShardOwner {
     horizon: Arc<HorizonQuery>,
     /// Whether that sample found the horizon held back; the claimers read it.
     horizon_held: HeldFlag,
+    /// The outbox's backlog gauges, sampled once per tick (ticks do not overlap: the lock is
+    /// never waited on).
+    backlog: Arc<tokio::sync::Mutex<BacklogGauge>>,
     /// The dedicated connection holding the advisory locks.
     lock_client: Option<Arc<Client>>,
     owned: BTreeMap<u32, Addr<Claimer>>,
@@ -92,6 +96,9 @@ impl ShardOwner {
             ((stable_hash(&format!("courier-shard:{schema}")) >> 32) as u32).to_ne_bytes(),
         );
         let horizon = Arc::new(HorizonQuery::new(schema));
+        let backlog = Arc::new(tokio::sync::Mutex::new(BacklogGauge::new(
+            parts.relay.shard_count,
+        )));
         Self {
             instance_id,
             parts,
@@ -99,6 +106,7 @@ impl ShardOwner {
             lock_namespace,
             horizon,
             horizon_held: HeldFlag::default(),
+            backlog,
             lock_client: None,
             owned: BTreeMap::new(),
             releasing: BTreeSet::new(),
@@ -164,6 +172,7 @@ impl ShardOwner {
         let order = shard_order(instance, shard_count);
         let horizon = self.horizon.clone();
         let horizon_held = self.horizon_held.clone();
+        let backlog = self.backlog.clone();
         ctx.spawn(
             async move {
                 // Shutting down: no heartbeat, so the row that `Deregister` deletes stays gone.
@@ -172,7 +181,7 @@ impl ShardOwner {
                 } else {
                     store.heartbeat(instance, &owned, lease, limit).await?
                 };
-                sample_backlog(&store).await;
+                backlog.lock().await.sample(&store).await;
                 crate::horizon::sample(&horizon, store.pool(), &horizon_held).await;
                 let share = if shutting_down { 0 } else { shard_count.div_ceil(live) as usize };
                 let mut acquired = Vec::new();
@@ -302,20 +311,6 @@ fn shard_order(instance: Uuid, shard_count: u32) -> Vec<u32> {
     (0..shard_count)
         .map(|i| (start + i) % shard_count)
         .collect()
-}
-
-async fn sample_backlog(store: &OutboxStore) {
-    match store.backlog().await {
-        Ok(b) => {
-            metrics::gauge!(crate::metrics::OUTBOX_PENDING_COUNT).set(b.pending as f64);
-            metrics::gauge!(crate::metrics::OUTBOX_DEAD_COUNT).set(b.dead as f64);
-            metrics::gauge!(crate::metrics::OUTBOX_MAX_DELIVERY_ATTEMPTS)
-                .set(f64::from(b.max_attempts));
-            metrics::gauge!(crate::metrics::OUTBOX_OLDEST_PENDING_SECONDS)
-                .set(b.oldest_pending_secs);
-        }
-        Err(e) => tracing::warn!(error = %e, "could not sample outbox backlog"),
-    }
 }
 
 impl Actor for ShardOwner {

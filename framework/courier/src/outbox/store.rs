@@ -482,11 +482,12 @@ impl OutboxStore {
         Ok(())
     }
 
-    /// Reads the outbox gauges.
-    pub async fn backlog(&self) -> Result<Backlog, DbError> {
+    /// Reads the outbox gauges, shard `i` counted from `floors[i]` (outbox/backlog.rs).
+    pub async fn backlog(&self, floors: &[i64]) -> Result<Backlog, DbError> {
+        let shards: Vec<i32> = (0u32..).take(floors.len()).map(shard_param).collect();
         let conn = self.conn("read outbox backlog").await?;
         let row = conn
-            .query_one(&self.backlog, &[])
+            .query_one(&self.backlog, &[&shards, &floors])
             .await
             .map_err(DbError::query("read outbox backlog"))?;
         Ok(Backlog {
