@@ -15,7 +15,6 @@
 use crate::db::DbError;
 use crate::outbox::floor::Floor;
 use crate::outbox::store::{Backlog, OutboxStore};
-use uuid::Uuid;
 
 /// A floor per shard; the relay's shard owner samples it once per tick.
 #[derive(Debug)]
@@ -48,7 +47,7 @@ impl BacklogGauge {
     /// Moves each shard's floor on (one floor query each), then reads the backlog from them.
     pub async fn read(&mut self, store: &OutboxStore) -> Result<Backlog, DbError> {
         for (shard, floor) in (0u32..).zip(self.floors.iter_mut()) {
-            let look = store.claim_floor(shard, Uuid::nil(), floor.get()).await?;
+            let look = store.gauge_floor(shard, floor.get()).await?;
             floor.found(&look);
         }
         let floors: Vec<i64> = self.floors.iter().map(Floor::get).collect();

@@ -127,6 +127,9 @@ pub struct OutboxStore {
     pool: PgPool,
     claim: String,
     claim_floor: String,
+    /// The same look for the backlog gauges, under its own text so that `pg_stat_statements`
+    /// tells their calls from the claimers'.
+    gauge_floor: String,
     ensure_shard_state: String,
     /// Shards whose state row this store has made sure of.
     ensured: Mutex<HashSet<u32>>,
@@ -207,6 +210,10 @@ impl OutboxStore {
             pool,
             claim: claim_statement(schema),
             claim_floor: render_claim_query(include_str!("queries/claim_floor.sql"), schema),
+            gauge_floor: format!(
+                "-- The backlog gauges' floor look (outbox/backlog.rs): no token, rows in flight count.\n{}",
+                render_claim_query(include_str!("queries/claim_floor.sql"), schema)
+            ),
             ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
             ensured: Mutex::default(),
             mark_published: render(mark_published, schema),
@@ -336,7 +343,26 @@ impl OutboxStore {
         from: i64,
     ) -> Result<FloorLook, DbError> {
         let context = format!("find the claim floor of shard {shard}");
-        let (conn, statement) = self.conn_prepared(&self.claim_floor, &context).await?;
+        self.floor_look(&self.claim_floor, context, shard, token, from)
+            .await
+    }
+
+    /// The floor query for the backlog gauges: no claimer's rows left out.
+    pub async fn gauge_floor(&self, shard: u32, from: i64) -> Result<FloorLook, DbError> {
+        let context = format!("find the backlog gauge's floor of shard {shard}");
+        self.floor_look(&self.gauge_floor, context, shard, Uuid::nil(), from)
+            .await
+    }
+
+    async fn floor_look(
+        &self,
+        sql: &str,
+        context: String,
+        shard: u32,
+        token: Uuid,
+        from: i64,
+    ) -> Result<FloorLook, DbError> {
+        let (conn, statement) = self.conn_prepared(sql, &context).await?;
         let row = conn
             .query_one(&statement, &[&shard_param(shard), &from, &token])
             .await
