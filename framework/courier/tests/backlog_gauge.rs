@@ -70,7 +70,7 @@ async fn every_unpublished_row(db: &TestDb) -> anyhow::Result<Backlog> {
     })
 }
 
-async fn assert_same(gauge: &Backlog, reference: &Backlog, when: &str) {
+fn assert_same(gauge: &Backlog, reference: &Backlog, when: &str) {
     assert_eq!(
         (gauge.pending, gauge.dead, gauge.max_attempts),
         (reference.pending, reference.dead, reference.max_attempts),
@@ -106,8 +106,7 @@ async fn the_gauges_count_every_unpublished_row_from_their_floors() -> anyhow::R
             &gauge.read(&store).await?,
             &reference,
             &format!("look {look}"),
-        )
-        .await;
+        );
     }
     // Everything else goes out, so each shard's floor rises past the rows waiting behind the
     // two failed ones: those are counted through their key.
@@ -126,8 +125,7 @@ async fn the_gauges_count_every_unpublished_row_from_their_floors() -> anyhow::R
             &gauge.read(&store).await?,
             &reference,
             &format!("published, look {look}"),
-        )
-        .await;
+        );
     }
     Ok(())
 }
@@ -197,7 +195,7 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
     let after = sample_pages(&db, &mut gauge, &store).await?;
     let reference = every_unpublished_row(&db).await?;
     assert_eq!(reference.pending, 200);
-    assert_same(&gauge.read(&store).await?, &reference, "pinned").await;
+    assert_same(&gauge.read(&store).await?, &reference, "pinned");
     eprintln!("pages per gauge sample: {before} before, {after} after");
     assert!(
         after <= before * 2 + 20,

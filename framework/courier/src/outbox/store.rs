@@ -206,14 +206,14 @@ impl OutboxStore {
             PublishedRows::Kept => include_str!("queries/mark_published.sql"),
             PublishedRows::Deleted => include_str!("queries/delete_published.sql"),
         };
+        let claim_floor = render_claim_query(include_str!("queries/claim_floor.sql"), schema);
         Self {
             pool,
             claim: claim_statement(schema),
-            claim_floor: render_claim_query(include_str!("queries/claim_floor.sql"), schema),
             gauge_floor: format!(
-                "-- The backlog gauges' floor look (outbox/backlog.rs): no token, rows in flight count.\n{}",
-                render_claim_query(include_str!("queries/claim_floor.sql"), schema)
+                "-- The backlog gauges' floor look (outbox/backlog.rs): no token, rows in flight count.\n{claim_floor}"
             ),
+            claim_floor,
             ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
             ensured: Mutex::default(),
             mark_published: render(mark_published, schema),
