@@ -33,7 +33,8 @@ async fn a_parked_key_is_listed_and_a_release_republishes_its_events_in_order() 
     db.client()
         .await?
         .batch_execute(&format!(
-            "INSERT INTO courier.projection_versions VALUES ('engagement_reader', 'video-1', 1, now());
+            "INSERT INTO courier.projection_keys VALUES ('engagement_reader', 'video-1', now());
+             INSERT INTO courier.projection_version_log VALUES ('engagement_reader', 'video-1', 1);
              INSERT INTO courier.parked_keys (consumer_group, routing_key, subscription, expected_version, reason)
              VALUES ('engagement_reader', 'video-1', '{subscription}', 2, 'version 2 did not come within 60 s');
              INSERT INTO courier.parked_events

@@ -122,6 +122,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0018_append_offsets",
             sql: include_str!("../../../migrations/courier/0018_append_offsets.sql"),
         },
+        Migration {
+            version: 19,
+            name: "0019_append_key_versions",
+            sql: include_str!("../../../migrations/courier/0019_append_key_versions.sql"),
+        },
     ],
 };
 

@@ -69,6 +69,7 @@ pub enum ReleaseError {
 #[derive(Debug, Clone)]
 pub struct KeyVersions {
     schema: String,
+    lock: String,
     stored: String,
     advance: String,
     park_key: String,
@@ -81,6 +82,7 @@ impl KeyVersions {
     pub fn new(schema: &str) -> Self {
         Self {
             schema: schema.into(),
+            lock: render(include_str!("queries/lock_key_versions.sql"), schema),
             stored: render(include_str!("queries/key_versions.sql"), schema),
             advance: render(include_str!("queries/advance_key_version.sql"), schema),
             park_key: render(include_str!("queries/park_key.sql"), schema),
@@ -91,6 +93,8 @@ impl KeyVersions {
     }
 
     /// The versions `keys` stand at (absent: nothing applied yet), locked until `tx` ends.
+    /// The lock and the read are two statements (the read must see what the lock waited
+    /// for), sent together: one round trip.
     pub async fn stored(
         &self,
         tx: &PgTransaction<'_>,
@@ -103,19 +107,40 @@ impl KeyVersions {
                 keys.len()
             )
         };
-        let statement = tx
+        let lock = tx
+            .prepared(&self.lock)
+            .await
+            .map_err(DbError::query(context()))?;
+        let read = tx
             .prepared(&self.stored)
             .await
             .map_err(DbError::query(context()))?;
-        let rows = tx
-            .query(&statement, &[&group, &keys])
-            .await
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&group, &keys];
+        let (_, rows) = futures::try_join!(tx.query_one(&lock, &params), tx.query(&read, &params))
             .map_err(DbError::query(context()))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// Locks `keys` until `tx` ends, as [`KeyVersions::stored`] does, without reading them.
+    async fn lock(
+        &self,
+        tx: &PgTransaction<'_>,
+        group: &str,
+        keys: &[&str],
+    ) -> Result<(), DbError> {
+        let context = || format!("lock {} key(s) of group {group}", keys.len());
+        let lock = tx
+            .prepared(&self.lock)
+            .await
+            .map_err(DbError::query(context()))?;
+        tx.query_one(&lock, &[&group, &keys])
+            .await
+            .map_err(DbError::query(context()))?;
+        Ok(())
+    }
+
     /// Moves each key to its version in `tx`: (key, version, publish time of the event that
-    /// starts the key if this is its first advance).
+    /// starts the key if this is its first advance). The caller holds the keys' locks.
     pub async fn advance(
         &self,
         tx: &PgTransaction<'_>,
@@ -280,6 +305,7 @@ impl KeyVersions {
             .await
             .map_err(DbError::query(&context))?;
         if let Some(skip) = release.skip_to {
+            self.lock(&tx, group, &[key.as_str()]).await?;
             self.advance(&tx, group, &[(key.as_str(), skip - 1, Utc::now())])
                 .await?;
         }

@@ -165,7 +165,12 @@ pub async fn rebuild(
             cleared.push(((*table).to_owned(), deleted));
         }
         // A delta projection's key versions and parked keys describe the cleared tables.
-        for table in ["projection_versions", "parked_events", "parked_keys"] {
+        for table in [
+            "projection_version_log",
+            "projection_keys",
+            "parked_events",
+            "parked_keys",
+        ] {
             tx.execute(
                 &format!(
                     "DELETE FROM {}.{table} WHERE consumer_group = $1",

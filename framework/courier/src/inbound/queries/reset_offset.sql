@@ -10,7 +10,11 @@ forgotten AS (
 ), restarted AS (
     -- Contiguous projections: keys whose first event is replayed start again from it; keys
     -- older than $3 keep their version, so their replayed events have no second effect.
-    DELETE FROM {schema}.projection_versions WHERE consumer_group = $1 AND first_publish_time >= $3
+    DELETE FROM {schema}.projection_keys WHERE consumer_group = $1 AND first_publish_time >= $3
+    RETURNING routing_key
+), restarted_versions AS (
+    DELETE FROM {schema}.projection_version_log l USING restarted r
+    WHERE l.consumer_group = $1 AND l.routing_key = r.routing_key
 ), audit AS (
     INSERT INTO {schema}.consumer_offset_resets
         (consumer_group, subscription, old_publish_time, new_publish_time, inbox_rows_forgotten, reset_by, reason)

@@ -1,0 +1,336 @@
+//! The version each key of a delta projection stands at (inbound/parked.rs `KeyVersions`,
+//! 0019_append_key_versions.sql), straight against real PostgreSQL: read and moved in every
+//! projection transaction of the key, one transaction of a key at a time, carried over from the
+//! table before the log, and (P9) as cheap after 20,000 moves under a pinned horizon as right
+//! after the pin began. A row rewritten in place keeps every old version while pinned (a chain
+//! the read follows to its end, and once its page fills, index entries too).
+
+use chrono::Utc;
+use courier::inbound::parked::KeyVersions;
+use courier_testkit::{generic_plan, wait_until, TestDb};
+use std::time::Duration;
+
+const GROUP: &str = "search_reader";
+/// Keys of the projection: each transaction moves all of them by one version.
+const KEYS: usize = 50;
+/// Versions of every key moved in each measured window.
+const WINDOW_VERSIONS: i64 = 20;
+/// Versions of every key moved between the two windows while pinned.
+const FILLER_VERSIONS: i64 = 400;
+
+/// Pages read (from cache or disk) and calls of the statements on the key versions, from
+/// `pg_stat_statements` (scripts/stack.sh loads it), which counts a statement as it ends.
+const KEY_VERSION_STATEMENTS: &str = "
+    SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint
+    FROM public.pg_stat_statements
+    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND (query LIKE '%projection_version%' OR query LIKE '%projection_keys%')
+      AND query NOT LIKE '%pg_stat_statements%'";
+
+/// One projection transaction over every key: reads where each stands (the one before
+/// `version`, as a contiguous projection does) and moves it to `version`.
+async fn advance_all(
+    db: &TestDb,
+    versions: &KeyVersions,
+    keys: &[&str],
+    version: i64,
+) -> anyhow::Result<()> {
+    let mut conn = db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    let stored = versions.stored(&tx, GROUP, keys).await?;
+    for key in keys {
+        let stands_at = stored.get(*key).copied().unwrap_or(0);
+        anyhow::ensure!(
+            stands_at == version - 1,
+            "{key} stands at {stands_at}, not {}",
+            version - 1
+        );
+    }
+    let now = Utc::now();
+    let moves: Vec<(&str, i64, _)> = keys.iter().map(|k| (*k, version, now)).collect();
+    versions.advance(&tx, GROUP, &moves).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Pages read per key moved while every key moves through `from..from + WINDOW_VERSIONS`.
+async fn pages_per_move(
+    db: &TestDb,
+    versions: &KeyVersions,
+    keys: &[&str],
+    from: i64,
+) -> anyhow::Result<f64> {
+    let before = db.scalar(KEY_VERSION_STATEMENTS).await?;
+    for version in from..from + WINDOW_VERSIONS {
+        advance_all(db, versions, keys, version).await?;
+    }
+    let pages = db.scalar(KEY_VERSION_STATEMENTS).await? - before;
+    Ok(pages as f64 / (WINDOW_VERSIONS as f64 * keys.len() as f64))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn key_versions_read_no_more_pages_after_20k_moves_under_a_pinned_horizon(
+) -> anyhow::Result<()> {
+    courier_testkit::init_logging();
+    let db = TestDb::new().await?;
+    db.client()
+        .await?
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
+        .await?;
+    let versions = KeyVersions::new("courier");
+    let names: Vec<String> = (0..KEYS).map(|k| format!("video-{k}")).collect();
+    let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+    // Other keys, as a service has: the index is as deep before the pin as after it.
+    let others: Vec<String> = (0..20_000).map(|k| format!("channel-{k}")).collect();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    advance_all(&db, &versions, &others, 1).await?;
+    // Every key has a version, and the statements are prepared, before the pin.
+    advance_all(&db, &versions, &keys, 1).await?;
+
+    let mut pin = db.client().await?;
+    let pinned = pin
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await?;
+    pinned.query_one("SELECT 1", &[]).await?;
+    let held: i64 = db
+        .scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND backend_xmin IS NOT NULL AND state = 'idle in transaction'",
+        )
+        .await?;
+    assert_eq!(held, 1, "the pinning session holds its snapshot");
+
+    let early = pages_per_move(&db, &versions, &keys, 2).await?;
+    let filler_from = 2 + WINDOW_VERSIONS;
+    for version in filler_from..filler_from + FILLER_VERSIONS {
+        advance_all(&db, &versions, &keys, version).await?;
+    }
+    let late = pages_per_move(&db, &versions, &keys, filler_from + FILLER_VERSIONS).await?;
+    pinned.commit().await?;
+    eprintln!(
+        "pages per key moved: {early:.2} right after the pin, {late:.2} after {} more moves \
+         under it",
+        KEYS as i64 * FILLER_VERSIONS
+    );
+    assert!(
+        late <= early * 1.5 + 0.5,
+        "pages per key moved grew under the pin: {early:.2} → {late:.2}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_transaction_of_a_key_waits_and_reads_what_the_first_committed(
+) -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let versions = KeyVersions::new("courier");
+    advance_all(&db, &versions, &["video-1"], 1).await?;
+
+    let mut first_conn = db.pool.get().await?;
+    let first = first_conn.transaction().await?;
+    assert_eq!(
+        versions.stored(&first, GROUP, &["video-1"]).await?["video-1"],
+        1
+    );
+    let pid_row = first.query_one("SELECT pg_backend_pid()", &[]).await?;
+    let first_pid: i32 = pid_row.get(0);
+
+    let second = tokio::spawn({
+        let (pool, versions) = (db.pool.clone(), versions.clone());
+        async move {
+            let mut conn = pool.get().await?;
+            let tx = conn.transaction().await?;
+            let stored = versions.stored(&tx, GROUP, &["video-1", "video-2"]).await?;
+            tx.commit().await?;
+            anyhow::Ok(stored)
+        }
+    });
+    // The second waits on the first's lock on video-1.
+    wait_until(Duration::from_secs(10), "the second transaction waits for the key", || {
+        let db = &db;
+        async move {
+            db.scalar(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE {first_pid} = ANY(pg_blocking_pids(pid))"
+            ))
+            .await
+            .map(|waiting| waiting == 1)
+            .unwrap_or(false)
+        }
+    })
+    .await?;
+    assert!(
+        !second.is_finished(),
+        "the second read did not wait for the first"
+    );
+    versions
+        .advance(&first, GROUP, &[("video-1", 2, Utc::now())])
+        .await?;
+    first.commit().await?;
+    let stored = second.await??;
+    assert_eq!(
+        stored.get("video-1"),
+        Some(&2),
+        "read after the first committed"
+    );
+    assert_eq!(stored.get("video-2"), None, "a key not seen yet");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_never_goes_back_and_keeps_the_keys_first_publish_time() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let versions = KeyVersions::new("courier");
+    let first: chrono::DateTime<Utc> = "2026-01-01T00:00:00Z".parse()?;
+    let later: chrono::DateTime<Utc> = "2026-02-01T00:00:00Z".parse()?;
+    let mut conn = db.pool.get().await?;
+    for (version, at) in [(3, first), (5, later), (4, later), (5, later)] {
+        let tx = conn.transaction().await?;
+        versions.stored(&tx, GROUP, &["video-1"]).await?;
+        versions
+            .advance(&tx, GROUP, &[("video-1", version, at)])
+            .await?;
+        tx.commit().await?;
+    }
+    let row = conn
+        .query_one(
+            "SELECT version, first_publish_time,
+                    (SELECT count(*) FROM courier.projection_version_log)
+             FROM courier.projection_versions",
+            &[],
+        )
+        .await?;
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, chrono::DateTime<Utc>>(1),
+            row.get::<_, i64>(2)
+        ),
+        (5, first, 1),
+        "one entry, at the highest version, with the key's first publish time"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_migration_to_the_log_keeps_every_keys_version() -> anyhow::Result<()> {
+    use courier::migrate::{migrate, MigrationSet, COURIER};
+    let db = TestDb::new().await?;
+    let before_the_log = COURIER
+        .migrations
+        .iter()
+        .position(|m| m.name == "0019_append_key_versions")
+        .expect("0019 is a framework migration");
+    let old = MigrationSet {
+        set: COURIER.set,
+        migrations: &COURIER.migrations[..before_the_log],
+    };
+    migrate(&db.pool, "upgraded", &[old]).await?;
+    db.client()
+        .await?
+        .batch_execute(
+            "INSERT INTO upgraded.projection_versions VALUES
+                 ('g', 'video-1', 7, '2026-01-01T00:00:00Z'),
+                 ('g', 'video-2', 1, '2026-01-02T00:00:00Z'),
+                 ('h', 'video-1', 3, '2026-01-03T00:00:00Z')",
+        )
+        .await?;
+    migrate(&db.pool, "upgraded", &[COURIER]).await?;
+
+    let versions = KeyVersions::new("upgraded");
+    let mut conn = db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    let g = versions
+        .stored(&tx, "g", &["video-1", "video-2", "video-3"])
+        .await?;
+    let h = versions.stored(&tx, "h", &["video-1"]).await?;
+    versions
+        .advance(&tx, "g", &[("video-1", 8, Utc::now())])
+        .await?;
+    tx.commit().await?;
+    assert_eq!(
+        (g.get("video-1"), g.get("video-2"), g.get("video-3")),
+        (Some(&7), Some(&1), None)
+    );
+    assert_eq!(h.get("video-1"), Some(&3));
+    let first: chrono::DateTime<Utc> = conn
+        .query_one(
+            "SELECT first_publish_time FROM upgraded.projection_versions
+             WHERE consumer_group = 'g' AND routing_key = 'video-1' AND version = 8",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(first.to_rfc3339(), "2026-01-01T00:00:00+00:00");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_reads_and_moves_are_planned_through_the_index() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let client = db.client().await?;
+    // A new log, never analyzed (PostgreSQL plans from its size on disk); then one of 20,000
+    // keys, analyzed. A log of a few pages, analyzed, is read whole: as cheap as its index, and
+    // planned again at the next analyze, as autovacuum's come with the log's inserts.
+    for log in ["new", "analyzed, of 20,000 keys,"] {
+        if log != "new" {
+            client
+                .batch_execute(&format!(
+                    "INSERT INTO courier.projection_keys
+                     SELECT '{GROUP}', 'video-' || i, now() FROM generate_series(1, 20000) i;
+                     INSERT INTO courier.projection_version_log
+                     SELECT '{GROUP}', 'video-' || i, 1 FROM generate_series(1, 20000) i;
+                     ANALYZE courier.projection_keys, courier.projection_version_log"
+                ))
+                .await?;
+        }
+        let keys = "ARRAY['video-1', 'video-2']";
+        let plans = [
+            (
+                "lock_key_versions.sql",
+                generic_plan(
+                    &client,
+                    &sql(include_str!("../src/inbound/queries/lock_key_versions.sql")),
+                    "text, text[]",
+                    &format!("'{GROUP}', {keys}"),
+                )
+                .await?,
+            ),
+            (
+                "key_versions.sql",
+                generic_plan(
+                    &client,
+                    &sql(include_str!("../src/inbound/queries/key_versions.sql")),
+                    "text, text[]",
+                    &format!("'{GROUP}', {keys}"),
+                )
+                .await?,
+            ),
+            (
+                "advance_key_version.sql",
+                generic_plan(
+                    &client,
+                    &sql(include_str!(
+                        "../src/inbound/queries/advance_key_version.sql"
+                    )),
+                    "text, text[], bigint[], timestamptz[]",
+                    &format!("'{GROUP}', {keys}, ARRAY[2, 2]::bigint[], ARRAY[now(), now()]"),
+                )
+                .await?,
+            ),
+        ];
+        for (name, plan) in plans {
+            assert!(
+                !plan.contains("Seq Scan"),
+                "{name} on a {log} log reads the whole table:\n{plan}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A query file as the store renders it for schema `courier`.
+fn sql(template: &str) -> String {
+    courier::db::render(template, "courier")
+}
