@@ -110,6 +110,33 @@ impl TestDb {
         }
     }
 
+    /// Applies to `schema` the framework's migrations that come before `migration` (a name):
+    /// the database as a release before it left it, for a test of the upgrade.
+    pub async fn migrate_before(&self, schema: &str, migration: &str) -> anyhow::Result<()> {
+        use courier::migrate::{MigrationSet, COURIER};
+        let before = COURIER
+            .migrations
+            .iter()
+            .position(|m| m.name == migration)
+            .with_context(|| format!("{migration} is not a framework migration"))?;
+        let old = MigrationSet {
+            set: COURIER.set,
+            migrations: &COURIER.migrations[..before],
+        };
+        courier::migrate::migrate(&self.pool, schema, &[old]).await?;
+        Ok(())
+    }
+
+    /// Loads `pg_stat_statements` into this database (in schema `public`); the server must
+    /// preload it (scripts/stack.sh does).
+    pub async fn enable_statement_stats(&self) -> anyhow::Result<()> {
+        self.client()
+            .await?
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
+            .await
+            .context("create extension pg_stat_statements")
+    }
+
     /// The value of a query returning one `bigint` (a count, an attempt number), on a pooled
     /// connection.
     pub async fn scalar(&self, sql: &str) -> anyhow::Result<i64> {

