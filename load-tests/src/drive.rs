@@ -37,6 +37,11 @@ impl Origin {
         self.wall + chrono::Duration::from_std(offset).unwrap_or_default()
     }
 
+    /// The wall-clock time `seconds` after the origin.
+    pub fn wall_after(&self, seconds: f64) -> DateTime<Utc> {
+        self.wall + chrono::Duration::milliseconds((seconds * 1_000.0) as i64)
+    }
+
     pub fn seconds(&self) -> f64 {
         self.instant.elapsed().as_secs_f64()
     }
@@ -335,16 +340,30 @@ pub async fn committed_writes(rig: &Rig) -> anyhow::Result<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// Commit → projection latency of every effect of a write meant to start at `from` or later.
-pub async fn latency(rig: &Rig, name: &str, from: DateTime<Utc>) -> anyhow::Result<Latency> {
+/// Due → projection latency of every effect of a write meant to start in `from..to` (due →
+/// marked published in a relay-only run).
+pub async fn latency(
+    rig: &Rig,
+    name: &str,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+) -> anyhow::Result<Latency> {
+    let sql = match rig.scope {
+        Scope::EndToEnd => {
+            "SELECT (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint
+             FROM load.applied WHERE intended_at >= $1 AND intended_at < $2"
+        }
+        // No consumer: until the relay marked the row published (its publish acknowledged).
+        Scope::RelayOnly => {
+            "SELECT (extract(epoch FROM o.published_at - w.intended_at) * 1000000)::bigint
+             FROM load.writes w
+             JOIN courier.outbox o ON o.aggregate_id = w.aggregate_id AND o.version = w.version
+             WHERE w.intended_at >= $1 AND w.intended_at < $2 AND o.published_at IS NOT NULL"
+        }
+    };
     let rows = rig
         .client()
         .await?
-        .query(
-            "SELECT (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint
-             FROM load.applied WHERE intended_at >= $1",
-            &[&from],
-        )
+        .query(sql, &[&from, &to])
         .await
         .context("read the latencies")?;
     let mut histogram = new_histogram();

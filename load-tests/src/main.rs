@@ -24,6 +24,7 @@ mod drain;
 mod drive;
 mod faults;
 mod fixtures;
+mod hops;
 mod http_path;
 mod latency;
 mod limits;

@@ -405,17 +405,31 @@ impl Pipeline {
         }
     }
 
+    /// Due → projection latency of the writes due `from..to` seconds into the run (→ marked
+    /// published in a relay-only run); read before [`Pipeline::conclude`].
+    pub async fn latency_between(&self, name: &str, from: f64, to: f64) -> anyhow::Result<Latency> {
+        let (from, to) = (self.origin.wall_after(from), self.origin.wall_after(to));
+        drive::latency(&self.rig, name, (from, to)).await
+    }
+
     /// Releases the xmin pin still held, reads the commit → projection latency of the writes
     /// meant to start `from` seconds into the run or later (and the canary's over the same
     /// time), stops, reads the dead letters, and judges the whole run.
     pub async fn conclude(mut self, latency_name: &str, from: f64) -> anyhow::Result<Concluded> {
         self.release_xmin().await;
         let measured_from = self.origin.instant + Duration::from_secs_f64(from.max(0.0));
-        let from = self.origin.wall + chrono::Duration::milliseconds((from * 1_000.0) as i64);
-        let latency = match self.rig.scope {
-            Scope::EndToEnd => Some(drive::latency(&self.rig, latency_name, from).await?),
-            Scope::RelayOnly => None,
+        let from = self.origin.wall_after(from);
+        let name = match self.rig.scope {
+            Scope::EndToEnd => latency_name,
+            Scope::RelayOnly => "commit → marked published (relay only)",
         };
+        let latency = drive::latency(
+            &self.rig,
+            name,
+            (from, chrono::DateTime::<chrono::Utc>::MAX_UTC),
+        )
+        .await?;
+        let hops = crate::hops::read(&self.rig, from, self.origin.wall).await?;
         let dead_letters = match self.rig.scope {
             Scope::EndToEnd => read_dead_letters(&self.rig, self.strikes.poison.len()).await?,
             Scope::RelayOnly => Vec::new(),
@@ -430,6 +444,7 @@ impl Pipeline {
         facts.injected_poison = strikes.poison.clone();
         Ok(Concluded {
             latency,
+            hops,
             canary,
             statements: finished.statements,
             events_per_transaction: finished.events_per_transaction,
@@ -639,8 +654,10 @@ struct Finished {
 
 /// A judged run: what the pipeline commands' reports are made of.
 pub struct Concluded {
-    /// Commit → projection (none for a relay-only run).
-    pub latency: Option<Latency>,
+    /// Commit → projection (→ marked published in a relay-only run).
+    pub latency: Latency,
+    /// Where that time went, hop by hop (the relay's hops alone in a relay-only run).
+    pub hops: crate::hops::Hops,
     /// What the emulator's own hop did during the run.
     pub canary: Option<CanaryReading>,
     /// The run database's top statements (`None`: `pg_stat_statements` not loaded).
@@ -759,7 +776,9 @@ impl Concluded {
             report.goals.extend(goals);
             report.pins.push(window);
         }
-        report.latency = self.latency;
+        report.latency = Some(self.latency);
+        report.hops = self.hops.hops;
+        report.panels.push(self.hops.panel);
         if let Some(canary) = self.canary {
             report.notes.push(canary.note());
             report.reference_latencies.push(canary.latency);

@@ -149,6 +149,9 @@ pub struct Report {
     pub latency: Option<Latency>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reference_latencies: Vec<Latency>,
+    /// Where each event's time went, hop by hop (`hops.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hops: Vec<Latency>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
     /// Where PostgreSQL's time went, top statements first (when `pg_stat_statements` is
@@ -212,6 +215,15 @@ impl Report {
                 latency.max_ms,
                 latency.count
             );
+        }
+        if !self.hops.is_empty() {
+            out += "  hop by hop:\n";
+            for hop in &self.hops {
+                out += &format!(
+                    "    {:<48} p50 {:.1} p99 {:.1} max {:.1} ms\n",
+                    hop.name, hop.p50_ms, hop.p99_ms, hop.max_ms
+                );
+            }
         }
         for goal in &self.goals {
             out += &format!(
@@ -288,6 +300,16 @@ impl Report {
                 out += &format!(
                     "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |\n",
                     l.name, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms, l.count
+                );
+            }
+        }
+        if !self.hops.is_empty() {
+            out += "\n## Hop by hop\n\n| hop | p50 ms | p90 ms | p99 ms | max ms | events |\n\
+                    |---|---:|---:|---:|---:|---:|\n";
+            for h in &self.hops {
+                out += &format!(
+                    "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {} |\n",
+                    h.name, h.p50_ms, h.p90_ms, h.p99_ms, h.max_ms, h.count
                 );
             }
         }

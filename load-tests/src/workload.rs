@@ -46,6 +46,10 @@ pub const SCHEMA: &str = "
         version bigint NOT NULL,
         intended_at timestamptz NOT NULL,
         applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        -- When the broker accepted the event's publish, and when the consumer received it
+        -- (hops.rs).
+        publish_time timestamptz,
+        received_at timestamptz,
         -- The projection transaction: events per transaction = rows / distinct values.
         tx bigint NOT NULL DEFAULT txid_current());
     CREATE TABLE IF NOT EXISTS load.projection (
@@ -357,11 +361,19 @@ impl Projection for LoadProjection {
         // two are independent, and the log is the harness's bookkeeping, not the service's.
         let record = tx
             .prepared(
-                "INSERT INTO load.applied (aggregate_id, version, intended_at) VALUES ($1, $2, $3)",
+                "INSERT INTO load.applied (aggregate_id, version, intended_at, publish_time, received_at)
+                 VALUES ($1, $2, $3, $4, $5)",
             )
             .await?;
         let log = async {
-            tx.execute(&record, &[&meta.aggregate_id, &meta.version, &intended_at])
+            let values: [&(dyn ToSql + Sync); 5] = [
+                &meta.aggregate_id,
+                &meta.version,
+                &intended_at,
+                &meta.publish_time,
+                &meta.received_at,
+            ];
+            tx.execute(&record, &values)
                 .await
                 .map_err(HandlerError::from)
         };

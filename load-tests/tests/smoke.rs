@@ -194,12 +194,14 @@ fn throughput_via_the_services_http_apis_reaches_the_other_services_replica() {
 }
 
 #[test]
-fn latency_runs_open_loop_and_reports_percentiles_beside_the_emulators() {
+fn latency_runs_open_loop_and_reports_percentiles_and_hops_beside_the_emulators() {
     let (report, out) = run(
         "latency",
         &[
             "--seconds",
             "3",
+            "--warm-up-secs",
+            "1",
             "--rate",
             "100",
             "--probe-seconds",
@@ -212,7 +214,20 @@ fn latency_runs_open_loop_and_reports_percentiles_beside_the_emulators() {
     );
     let committed = assert_clean("latency", &report);
     let latency = &report["latency"];
-    assert_eq!(latency["count"].as_u64(), Some(committed), "{latency}");
+    // The warm-up's writes are reported apart (after the emulator's own hop).
+    let warm_up = &report["reference_latencies"][1];
+    assert_eq!(
+        latency["count"].as_u64().unwrap_or(0) + warm_up["count"].as_u64().unwrap_or(0),
+        committed,
+        "{latency} {warm_up}"
+    );
+    assert!(warm_up["count"].as_u64().unwrap_or(0) > 0, "{warm_up}");
+    // Every measured event's time, split into its hops: the path's five and the mark beside it.
+    let hops = report["hops"].as_array().cloned().unwrap_or_default();
+    assert_eq!(hops.len(), 6, "{hops:?}");
+    for hop in &hops {
+        assert_eq!(hop["count"], latency["count"], "{hop}");
+    }
     let (p50, p99) = (
         latency["p50_ms"].as_f64().unwrap_or(0.0),
         latency["p99_ms"].as_f64().unwrap_or(0.0),

@@ -410,3 +410,87 @@ async fn rows_waiting_behind_a_lone_row_that_times_out_go_back_and_the_key_stays
     );
     Ok(())
 }
+
+/// Issue 54: a write committed while its shard's rows are in flight (the broker slow to
+/// acknowledge them) is claimed at once through a wake-up, not after those rows are
+/// acknowledged and marked. Writers wake only shards flagged idle, so a claimer whose look came
+/// back empty flags its shard idle whether or not rows of it are still out. Before, it flagged
+/// nothing while rows were out and claimed again only after their mark: at 200 writes/s that
+/// wait was the end-to-end latency's tail (a publish's round trip, plus the mark's gathering).
+#[tokio::test]
+async fn a_write_committed_while_its_shards_rows_are_in_flight_is_claimed_at_once(
+) -> anyhow::Result<()> {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    // One shard, and polling so slow that only a wake-up can explain a claim.
+    let s = setup(|c| {
+        c.relay.shard_count = 1;
+        c.relay.poll_min_millis = 600_000;
+        c.relay.poll_max_millis = 600_000;
+    })
+    .await?;
+    let relay = spawn_relay(&s.config)?;
+    commit(&s, vec![keyed_event(&s.topic, "warm-up", 1)]).await?;
+    wait_until(Duration::from_secs(30), "the relay publishing", || async {
+        relay.published() >= 1
+    })
+    .await?;
+
+    // The shard is flagged idle now, as flag `idle_since`.
+    let newest_flag = "SELECT flag_seq FROM courier.outbox_idle_flags WHERE idle \
+                       AND flag_seq = (SELECT max(flag_seq) FROM courier.outbox_idle_flags)";
+    wait_until(
+        Duration::from_secs(10),
+        "the shard flagged idle",
+        || async { s.db.scalar(newest_flag).await.is_ok() },
+    )
+    .await?;
+    let idle_since = s.db.scalar(newest_flag).await?;
+
+    // From now the broker answers 10 s late: the next row stays in flight.
+    let proxy = s.proxy.clone();
+    let slow = tokio::spawn(async move {
+        proxy
+            .slow_for(Duration::from_secs(10), Duration::from_secs(60))
+            .await
+    });
+    commit(&s, vec![keyed_event(&s.topic, "slow", 1)]).await?;
+    // Its claim flags the shard busy; the look after it, finding nothing, flags it idle again
+    // (two flags since `idle_since`, the newest idle), though the row is still out.
+    wait_until(
+        Duration::from_secs(4),
+        "the slow row claimed and the shard flagged idle again behind it",
+        || async {
+            s.db.scalar(&format!(
+                "SELECT count(*) FROM courier.outbox o
+                 WHERE o.aggregate_id = 'slow' AND o.locked_at IS NOT NULL
+                   AND o.published_at IS NULL
+                   AND ({newest_flag}) >= {idle_since} + 2"
+            ))
+            .await
+            .is_ok_and(|n| n == 1)
+        },
+    )
+    .await?;
+
+    commit(&s, vec![keyed_event(&s.topic, "next", 1)]).await?;
+    wait_until(Duration::from_secs(3), "the next row claimed", || async {
+        s.db.scalar(
+            "SELECT count(*) FROM courier.outbox
+             WHERE aggregate_id = 'next' AND locked_at IS NOT NULL",
+        )
+        .await
+        .is_ok_and(|n| n == 1)
+    })
+    .await?;
+    let slow_still_out =
+        s.db.scalar(
+            "SELECT count(*) FROM courier.outbox WHERE aggregate_id = 'slow' AND published_at IS NULL",
+        )
+        .await?;
+    assert_eq!(
+        slow_still_out, 1,
+        "the next row was claimed only after the slow one was acknowledged"
+    );
+    slow.abort();
+    Ok(())
+}

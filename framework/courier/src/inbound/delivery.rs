@@ -22,6 +22,9 @@ pub struct EventMeta {
     pub message_id: String,
     pub ordering_key: String,
     pub publish_time: DateTime<Utc>,
+    /// When this process received the message (its receiver parsed it): from `publish_time`
+    /// to here is the broker's hop, from here to the commit the consumer's.
+    pub received_at: DateTime<Utc>,
     /// 1, 2, … when the subscription has a dead-letter policy; `None` otherwise.
     pub delivery_attempt: Option<i32>,
 }
@@ -79,6 +82,7 @@ impl EventMeta {
                 .as_ref()
                 .and_then(|t| DateTime::from_timestamp(t.seconds(), u32::try_from(t.nanos()).ok()?))
                 .unwrap_or_else(Utc::now),
+            received_at: Utc::now(),
             delivery_attempt,
         };
         Ok(meta)

@@ -6,8 +6,9 @@
 //! batch found means claim again at once while fewer than `max_in_flight_batches ×
 //! claim_batch_size` rows are unmarked — rows count, not batches, so one slow key does not hold
 //! a whole batch's capacity (a partial batch waits `claim_linger_millis` first, so a trickle
-//! gathers into batches); none found means idle: flag the shard idle so writers NOTIFY it, look
-//! once more, then poll with exponential backoff and full jitter until a wake or a hit. No
+//! gathers into batches); none found means idle, rows in flight or not: flag the shard idle so
+//! writers NOTIFY it, look once more, then (nothing in flight) poll with exponential backoff
+//! and full jitter until a wake or a hit. No
 //! permits (the broker is slow and the limit full) means look again shortly, without a query.
 //!
 //! Each (re)start takes a fresh lock token: rows the previous incarnation held become
@@ -281,16 +282,19 @@ impl Claimer {
     }
 
     fn on_empty(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight > 0 {
-            // The batch completing will claim again.
-            return;
-        }
         if !self.idle_flagged {
             // Flag idle first, then look once more: a writer that committed before the flag
             // is found by that look; one that commits after it sees the flag and NOTIFYs.
+            // Also while rows are in flight: a write committed meanwhile is claimed at once,
+            // not when they have been acknowledged and marked (a publish's round trip and the
+            // mark's gathering later: the end-to-end tail at low rates, issue 54).
             self.set_idle(true, ctx);
             self.empty_polls = 0;
             ctx.run_later(Duration::ZERO, |act, ctx| act.claim(ctx));
+            return;
+        }
+        if self.in_flight > 0 {
+            // The batch completing will claim again.
             return;
         }
         self.schedule_poll(ctx);

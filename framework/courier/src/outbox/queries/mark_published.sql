@@ -11,11 +11,13 @@
 -- address fetch costs microseconds. Without it no index applies, and the relay's sessions run
 -- with seq scans disabled (db::relay_pool), so the plan is a TID scan however the outbox
 -- looks when it is planned.
+--
+-- locked_at stays: when the row was claimed, which nothing reads of a published row but a
+-- latency breakdown (committed → claimed → published) and an operator.
 UPDATE {schema}.outbox
 SET published_at = now(),
     publish_attempts = publish_attempts + 1,
     lock_token = NULL,
-    locked_at = NULL,
     next_retry_at = NULL,
     last_error = NULL
 WHERE ctid = ANY($1::tid[]) AND lock_token = $2
