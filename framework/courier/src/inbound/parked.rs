@@ -275,6 +275,9 @@ impl KeyVersions {
             .transaction()
             .await
             .map_err(DbError::query(&context))?;
+        // The key first, as its projection transactions take it (then parked_keys): the two
+        // cannot wait on each other in a circle.
+        self.lock(&tx, group, &[key.as_str()]).await?;
         let s = &self.schema;
         let parked = tx
             .query_opt(
@@ -305,7 +308,6 @@ impl KeyVersions {
             .await
             .map_err(DbError::query(&context))?;
         if let Some(skip) = release.skip_to {
-            self.lock(&tx, group, &[key.as_str()]).await?;
             self.advance(&tx, group, &[(key.as_str(), skip - 1, Utc::now())])
                 .await?;
         }
