@@ -127,6 +127,18 @@ impl TestDb {
         Ok(())
     }
 
+    /// A session of its own holding a REPEATABLE READ snapshot, as a report, `pg_dump` or a
+    /// session idle in transaction does: the xmin horizon stays pinned until it commits or is
+    /// dropped.
+    pub async fn pin_snapshot(&self) -> anyhow::Result<tokio_postgres::Client> {
+        let client = self.client().await?;
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+            .await
+            .context("open a snapshot")?;
+        Ok(client)
+    }
+
     /// Loads `pg_stat_statements` into this database (in schema `public`); the server must
     /// preload it (scripts/stack.sh does).
     pub async fn enable_statement_stats(&self) -> anyhow::Result<()> {

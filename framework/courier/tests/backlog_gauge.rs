@@ -160,14 +160,8 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
     db.enable_statement_stats().await?;
     let (outbox, store) = outbox(&db).await?;
     let mut gauge = BacklogGauge::new(SHARDS);
-    let mut pin = db.client().await?;
-    let pinned = pin
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await?;
-    pinned
-        .query_one("SELECT count(*) FROM courier.outbox", &[])
+    let pin = db.pin_snapshot().await?;
+    pin.batch_execute("SELECT count(*) FROM courier.outbox")
         .await?;
     // Versions 1 wait for their retry and versions 2 behind them: neither holds a floor.
     append(&db, &outbox, "key", 100, (1, 2)).await?;
@@ -207,6 +201,6 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
         "a gauge sample read {before} pages before and {after} after 20,000 rows were \
          published under the pin"
     );
-    pinned.rollback().await?;
+    pin.batch_execute("ROLLBACK").await?;
     Ok(())
 }

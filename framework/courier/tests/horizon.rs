@@ -12,14 +12,11 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// A session of its own with a REPEATABLE READ snapshot open; returns the client and its pid.
 async fn pin_snapshot(db: &TestDb) -> anyhow::Result<(tokio_postgres::Client, i32)> {
-    let client = db.client().await?;
+    let client = db.pin_snapshot().await?;
     let pid: i32 = client
         .query_one("SELECT pg_backend_pid()", &[])
         .await?
         .get(0);
-    client
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1;")
-        .await?;
     Ok((client, pid))
 }
 

@@ -84,13 +84,7 @@ async fn key_versions_read_no_more_pages_after_20k_moves_under_a_pinned_horizon(
     // Every key has a version, and the statements are prepared, before the pin.
     advance_all(&db, &versions, &keys, 1).await?;
 
-    let mut pin = db.client().await?;
-    let pinned = pin
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await?;
-    pinned.query_one("SELECT 1", &[]).await?;
+    let pin = db.pin_snapshot().await?;
     let held: i64 = db
         .scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
@@ -105,7 +99,7 @@ async fn key_versions_read_no_more_pages_after_20k_moves_under_a_pinned_horizon(
         advance_all(&db, &versions, &keys, version).await?;
     }
     let late = pages_per_move(&db, &versions, &keys, filler_from + FILLER_VERSIONS).await?;
-    pinned.commit().await?;
+    pin.batch_execute("COMMIT").await?;
     eprintln!(
         "pages per key moved: {early:.2} right after the pin, {late:.2} after {} more moves \
          under it",

@@ -206,9 +206,7 @@ async fn a_save_costs_the_same_while_a_snapshot_pins_the_horizon() -> anyhow::Re
 
     // A report, a pg_dump, a session idle in transaction: its snapshot keeps every row version
     // deleted or replaced from now on.
-    let pin = db.client().await?;
-    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
-        .await?;
+    let pin = db.pin_snapshot().await?;
 
     let mut early = None;
     for i in 1..=SAVES {

@@ -267,9 +267,7 @@ async fn while_a_snapshot_pins_the_horizon_batches_cost_the_same_and_the_sweep_c
 
     // A report's snapshot, open from here on: no row deleted from now on may be removed, by
     // vacuum or by a scan marking its index entry dead.
-    let pin = db.client().await?;
-    pin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
-        .await?;
+    let pin = db.pin_snapshot().await?;
     let pinned: bool = client
         .query_one(
             "SELECT count(*) = 1 FROM pg_stat_activity
