@@ -59,7 +59,7 @@ locals {
 # Each topic's protobuf schema, so Pub/Sub refuses a message that is not the envelope at
 # publish. The definitions are framework/courier-proto's envelopes made self-contained (one
 # file, one top-level message, no imports), kept wire-compatible by courier-proto's
-# tests/pubsub_schemas.rs. The emulator does not implement protobuf schemas (EMULATOR.md):
+# tests/pubsub_schemas.rs. The emulator does not implement protobuf schemas (docs/emulator.md):
 # `provision` creates topics without one there.
 resource "google_pubsub_schema" "events" {
   for_each   = local.streams

@@ -37,12 +37,13 @@ use crate::middle::Milestones;
 use crate::pipeline::MEMORY_DRIFT_LIMIT;
 use crate::report::{Goal, Rate, Ratio, Report};
 use anyhow::Context as _;
-use courier::outbox::publisher::CLIENT_BATCH_DELAY;
-use courier::outbox::store::{OutboxStore, PublishedRows};
-use courier::outbox::topic_clients::{
+use courier::outbox::NewEvent;
+use courier::relay::publisher::CLIENT_BATCH_DELAY;
+use courier::relay::store::{OutboxStore, PublishedRows};
+use courier::relay::topic_clients::{
     TopicClients, KEYS_PER_CLIENT, REQUESTS_THE_CONNECTION_CARRIES,
 };
-use courier::outbox::{NewEvent, Relay, RelayOptions};
+use courier::relay::{Relay, RelayOptions};
 use courier_testkit::{test_config, TestDb, TestPubSub};
 use google_cloud_pubsub::model::Message;
 use std::future::Future;
@@ -981,7 +982,7 @@ const NARROW_RAW_WINDOW: usize = 400;
 
 /// The windows of unacknowledged publishes [`raw_publish_per_generation`] runs at:
 /// `--publish-in-flight`, what the relay's connection carries (see
-/// `courier::outbox::topic_clients`), where the relay's limit settles with a key per row, and
+/// `courier::relay::topic_clients`), where the relay's limit settles with a key per row, and
 /// [`NARROW_RAW_WINDOW`]. With a key per row a raw publish is faster at the narrower windows
 /// (session 45: 16.5k–17.3k/s at 1,124 against 12.5k–15.4k/s at 10,000, its process 49 µs per
 /// event against 61; at 400 it beat 1,124 in 4 pairs of 6, 15.0k–18.0k/s), so a ceiling
@@ -998,7 +999,7 @@ fn per_generation_windows(args: &DrainArgs) -> Vec<usize> {
 }
 
 /// The raw publish as a publisher whose memory is bounded must run it with this crate: through
-/// the relay's own topic clients (`outbox::topic_clients`), a new client on one connection every
+/// the relay's own topic clients (`relay::topic_clients`), a new client on one connection every
 /// [`KEYS_PER_CLIENT`] keys, each dropped once its last message is handed over, so the crate's
 /// per-key state is built and torn down within the measurement, as in the relay. A single
 /// client, as in [`raw_publish`], keeps every key's state to the end (~17 KB a key) and frees

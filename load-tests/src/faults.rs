@@ -230,7 +230,7 @@ pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<S
                 .pubsub()
                 .publisher(
                     &pipeline.rig.topic,
-                    courier::outbox::publisher::CLIENT_BATCH_DELAY,
+                    courier::relay::publisher::CLIENT_BATCH_DELAY,
                 )
                 .await?,
         )

@@ -344,7 +344,7 @@ impl RelayReading {
                  limit of {}{mode} (its minimum is {}), acknowledged after {:.0} ms on average \
                  against a target of {target:.0} ms. Every video is a new ordering key on a \
                  subscription being read, on which the emulator degrades within a minute \
-                 (../shared/EMULATOR.md); real Pub/Sub is built for that",
+                 (docs/emulator.md); real Pub/Sub is built for that",
                 self.in_flight, self.limit, relay.publish_limit_min, self.latency_ms
             )
         } else {

@@ -4,7 +4,7 @@
 use crate::rig::Rig;
 use crate::workload::{LoadProjection, Workload};
 use courier::inbound::{Consumer, ConsumerOptions, ConsumerSpec};
-use courier::outbox::{Relay, RelayOptions};
+use courier::relay::{Relay, RelayOptions};
 use courier::CourierConfig;
 use std::path::PathBuf;
 use std::time::Duration;

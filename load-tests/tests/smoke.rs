@@ -23,7 +23,7 @@ fn run_allowing(command: &str, args: &[&str], allowed: &[i32]) -> (Value, PathBu
     let log = std::fs::File::create(&log_path).expect("create the output log");
     let status = Command::new(env!("CARGO_BIN_EXE_courier-load"))
         // An emulator of its own, started and stopped by the run: the test run's shared one
-        // carries the state of every ordering key the other tests sent (EMULATOR.md), and
+        // carries the state of every ordering key the other tests sent (docs/emulator.md), and
         // with it these end-to-end runs took 265 s each in CI against 35 s on a fresh one.
         .env_remove("PUBSUB_EMULATOR_HOST")
         .arg(command)

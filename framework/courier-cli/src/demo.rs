@@ -6,8 +6,9 @@
 //! arrive out of order; duplicates are allowed (at-least-once) and counted.
 
 use anyhow::Context as _;
-use courier::outbox::{NewEvent, Outbox, Relay, RelayOptions};
+use courier::outbox::{NewEvent, Outbox};
 use courier::pubsub::{PubSub, SubscriptionSpec};
+use courier::relay::{Relay, RelayOptions};
 use courier::CourierConfig;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::collections::{HashMap, HashSet};
@@ -177,7 +178,7 @@ async fn delete_subscription(pubsub: &PubSub, subscription: &str) {
     }
 }
 
-/// Receives and acks on one long-lived stream (never cancelled: see EMULATOR.md), forwarding
+/// Receives and acks on one long-lived stream (never cancelled: see docs/emulator.md), forwarding
 /// what arrives. The channel is bounded, so a slow reader slows the stream.
 async fn watch(pubsub: &PubSub, subscription: &str) -> anyhow::Result<mpsc::Receiver<Arrival>> {
     let subscriber = pubsub.subscriber().await?;

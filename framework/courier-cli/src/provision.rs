@@ -1,5 +1,5 @@
 //! `courier provision`: the Pub/Sub resources of one consumer, created idempotently as
-//! DESIGN.md §4 names them — the topic, `<topic>.<consumer>-<role>` (ordering, 60 s ack
+//! docs/design.md (Contracts) names them — the topic, `<topic>.<consumer>-<role>` (ordering, 60 s ack
 //! deadline, dead-lettering after 5 attempts, 10–600 s retry backoff, acked messages retained
 //! for replay), the `<topic>.dlq` topic, and `<subscription>.dlq` keeping its dead letters.
 

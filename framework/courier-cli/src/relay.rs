@@ -1,6 +1,6 @@
 //! `courier relay`: one relay process; several of them split the shards between them.
 
-use courier::outbox::{Relay, RelayOptions};
+use courier::relay::{Relay, RelayOptions};
 use courier::CourierConfig;
 use std::time::Duration;
 

@@ -50,7 +50,7 @@ async fn with_two_dead_letters(pubsub: &TestPubSub) -> anyhow::Result<String> {
 
 // Each test reads a keeper with one stream only: the emulator routes what a closed stream
 // had (and later redeliveries) to that dead stream and holds it past the ack deadline
-// (EMULATOR.md), so peek-then-republish on one keeper is not testable on the emulator.
+// (docs/emulator.md), so peek-then-republish on one keeper is not testable on the emulator.
 
 #[tokio::test]
 async fn peek_lists_dead_letters_with_their_reasons_and_leaves_them() -> anyhow::Result<()> {

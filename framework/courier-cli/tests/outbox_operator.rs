@@ -4,7 +4,8 @@
 
 mod support;
 
-use courier::outbox::{NewEvent, Outbox, Relay, RelayOptions};
+use courier::outbox::{NewEvent, Outbox};
+use courier::relay::{Relay, RelayOptions};
 use courier_testkit::{test_config, wait_until, Collector, TestDb, TestPubSub};
 use serde_json::Value;
 use std::time::Duration;

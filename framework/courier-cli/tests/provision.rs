@@ -1,4 +1,4 @@
-//! `courier provision` against the emulator: creates what DESIGN.md §4 names, once.
+//! `courier provision` against the emulator: creates what docs/design.md (Contracts) names, once.
 
 use courier_testkit::TestPubSub;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! stay wire-compatible with the envelopes the services encode: the same messages, field
 //! numbers, types, presence and oneofs, with the schema's own Timestamp shaped like
 //! google.protobuf.Timestamp. Real Pub/Sub then rejects a malformed message at publish; the
-//! emulator does not implement protobuf schemas (EMULATOR.md), so this is what can be checked.
+//! emulator does not implement protobuf schemas (docs/emulator.md), so this is what can be checked.
 
 use prost_types::field_descriptor_proto::Type;
 use prost_types::{DescriptorProto, EnumDescriptorProto, FileDescriptorSet};

@@ -59,12 +59,12 @@ pub fn test_config_on(
 
 /// A relay with the default options, except that an actor escalating its failure is logged
 /// rather than ending the process: a test that fails then says why.
-pub fn spawn_relay(config: &CourierConfig) -> anyhow::Result<courier::outbox::RelayHandle> {
-    Ok(courier::outbox::Relay::spawn(
+pub fn spawn_relay(config: &CourierConfig) -> anyhow::Result<courier::relay::RelayHandle> {
+    Ok(courier::relay::Relay::spawn(
         config,
-        courier::outbox::RelayOptions {
+        courier::relay::RelayOptions {
             escalate: std::sync::Arc::new(|e| tracing::error!(?e, "actor escalated")),
-            ..courier::outbox::RelayOptions::default()
+            ..courier::relay::RelayOptions::default()
         },
     )?)
 }

@@ -1,10 +1,34 @@
 //! Courier moves domain events out of a service's PostgreSQL (transactional outbox) into
-//! Google Cloud Pub/Sub, in per-aggregate order, as supervised actix actors exchanging typed,
-//! bounded messages. The promises it keeps are listed in DESIGN.md (P1–P8).
+//! Google Cloud Pub/Sub, in per-aggregate order, and from Pub/Sub into other services' read
+//! models, as supervised actix actors exchanging typed, bounded messages. The promises it
+//! keeps are listed in docs/design.md (P1–P10).
+//!
+//! # Using it
+//!
+//! What a service touches is re-exported here; the README has a whole service in a page
+//! (compiled as a doctest), and docs/writing-a-service.md the guide.
+//! - **Declare the service**: a function returning a [`Service`] (its [`MigrationSet`], the
+//!   topics it publishes to, an [`Inbound`] per consumed subscription, its HTTP routes), handed
+//!   to `courier_cli::service::main`, which gives the binary `serve`, `migrate`, `provision`,
+//!   `rebuild` and `backfill`.
+//! - **Emit**: in an HTTP handler, take a connection from the [`ServiceContext`], write the
+//!   business rows and [`Outbox::append`] (or `append_and_commit`) a [`NewEvent`] in the same
+//!   transaction: the event exists iff the write commits. Invalid events are refused
+//!   ([`AppendError`]) before anything is written.
+//! - **Project**: implement [`Projection`] for the read model; write with a
+//!   [`VersionedUpsert`] so replays and late duplicates never move a row backwards; return
+//!   [`HandlerError::Transient`] for what a retry may fix and [`HandlerError::Permanent`] for
+//!   what it cannot (dead-lettered with its reason).
+//! - **Configure**: [`CourierConfig`], one TOML file per deployment with `COURIER_*`
+//!   overrides (docs/configuration.md).
+//!
+//! The modules below are the machinery (relay, consumer, stores); a service needs them only
+//! to run a relay or consumer outside a [`Service`] ([`Relay`], [`inbound::Consumer`]).
 //!
 //! # Layout
-//! - [`outbox`]: the write API (`Outbox::append` in the caller's transaction) and the relay
-//!   actors: NotifyListener → ShardOwner → Claimer per shard → Publisher per ordering key.
+//! - [`outbox`]: the write API (`Outbox::append` in the caller's transaction).
+//! - [`relay`]: the relay's actors: NotifyListener → ShardOwner → Claimer per shard →
+//!   Publisher per ordering key.
 //! - [`inbound`]: the read side: Receiver (StreamingPull) → ProjectorRouter → Projector per
 //!   aggregate; inbox, offsets, dead letters, and the `Projection` trait services implement.
 //! - [`keyed_actors`]: the registry of per-key actors (key publishers, projectors) created on
@@ -40,6 +64,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod outbox;
 pub mod pubsub;
+pub mod relay;
 pub mod retention;
 pub mod service;
 pub mod supervision;
@@ -47,3 +72,9 @@ pub mod system_thread;
 pub mod telemetry;
 
 pub use config::CourierConfig;
+pub use db::PgTransaction;
+pub use inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpsert};
+pub use migrate::{Migration, MigrationSet};
+pub use outbox::{AppendError, NewEvent, Outbox};
+pub use relay::{Relay, RelayOptions};
+pub use service::{ApiError, Inbound, Service, ServiceContext, VersionToken, WriteAccess};

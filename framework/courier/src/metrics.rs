@@ -29,7 +29,7 @@ pub const OUTBOX_OWNED_SHARDS: &str = "courier_outbox_owned_shards";
 /// Live per-key publisher actors (gauge).
 pub const LIVE_PUBLISHERS: &str = "courier_live_publishers";
 /// The relay's adaptive limit on publishes in flight (gauge, set with each heartbeat; see
-/// `outbox::publish_limit`).
+/// `relay::publish_limit`).
 pub const RELAY_PUBLISH_LIMIT: &str = "courier_relay_publish_limit";
 /// Rows handed to Pub/Sub and not settled yet, across the relay (gauge, set with each
 /// heartbeat).

@@ -135,7 +135,7 @@ impl PubSub {
     }
 
     /// One gRPC connection for cheap per-topic publishers (`base.publisher(topic).build()`),
-    /// each of which frees its per-key state when dropped (see `outbox::topic_clients`).
+    /// each of which frees its per-key state when dropped (see `relay::topic_clients`).
     pub async fn base_publisher(&self) -> Result<BasePublisher, PubSubError> {
         configure!(self, BasePublisher::builder())
             .build()
@@ -292,7 +292,7 @@ fn wkt_duration(d: Duration) -> google_cloud_wkt::Duration {
     google_cloud_wkt::Duration::clamp(i64::try_from(d.as_secs()).unwrap_or(i64::MAX), 0)
 }
 
-/// A subscription as DESIGN.md §4 wants it, with overridable defaults.
+/// A subscription as docs/design.md (Contracts) wants it, with overridable defaults.
 #[derive(Debug, Clone)]
 pub struct SubscriptionSpec {
     pub name: String,

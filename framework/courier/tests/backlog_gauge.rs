@@ -1,11 +1,11 @@
-//! The relay's backlog gauges (outbox/backlog.rs), straight against real PostgreSQL: they count
+//! The relay's backlog gauges (relay/backlog.rs), straight against real PostgreSQL: they count
 //! what a count of every unpublished row counts, and while a long transaction pins the xmin
 //! horizon a sample reads no more pages after 20,000 rows were published than before (P9; a
 //! count of every unpublished-looking entry walks each published row's dead version).
 
-use courier::outbox::backlog::BacklogGauge;
-use courier::outbox::store::{Backlog, OutboxStore};
 use courier::outbox::Outbox;
+use courier::relay::backlog::BacklogGauge;
+use courier::relay::store::{Backlog, OutboxStore};
 use courier::CourierConfig;
 use courier_testkit::keyed_event;
 use courier_testkit::TestDb;

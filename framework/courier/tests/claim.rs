@@ -2,8 +2,8 @@
 //! emulator): which rows a claim may take while other rows of their key are parked or held by
 //! another owner's live claim.
 
-use courier::outbox::store::{ClaimedRow, FailedRow, OutboxStore};
 use courier::outbox::{NewEvent, Outbox};
+use courier::relay::store::{ClaimedRow, FailedRow, OutboxStore};
 use courier::CourierConfig;
 use courier_testkit::{wait_until, TestDb};
 use std::sync::Mutex;
@@ -388,7 +388,7 @@ async fn explain_claim(
     owner: Uuid,
     from_seq: i64,
 ) -> anyhow::Result<serde_json::Value> {
-    let claim = courier::outbox::store::claim_statement("courier");
+    let claim = courier::relay::store::claim_statement("courier");
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
     tx.batch_execute(&format!(
@@ -539,7 +539,7 @@ async fn the_owners_rows_in_flight_do_not_make_its_next_claim_costlier() -> anyh
     Ok(())
 }
 
-/// What the claimer's scan start (`ScanFrom`, outbox/scan_from.rs) relies on. A row whose transaction
+/// What the claimer's scan start (`ScanFrom`, relay/scan_from.rs) relies on. A row whose transaction
 /// took its seq before later rows were claimed, and commits after: the claim that passed over
 /// its seq saw that transaction running (its id within the claim's `xmin..next_xid`); once it
 /// committed, a later claim's `xmin` has passed that `next_xid`, and that claim, looking from

@@ -5,7 +5,8 @@
 mod support;
 
 use courier::inbound::ConsumerOptions;
-use courier::outbox::{NewEvent, Outbox, Relay, RelayOptions};
+use courier::outbox::{NewEvent, Outbox};
+use courier::relay::{Relay, RelayOptions};
 use courier_testkit::wait_until;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,7 +105,7 @@ async fn log_lines_about_an_event_name_it_and_carry_no_payload_or_password() -> 
     let topic = s.pubsub.topic("logs").await?;
     let failed_once = Arc::new(AtomicBool::new(false));
     let flag = failed_once.clone();
-    let fault: courier::outbox::publisher::PublishFault = Arc::new(move |_| {
+    let fault: courier::relay::publisher::PublishFault = Arc::new(move |_| {
         (!flag.swap(true, Ordering::SeqCst)).then(|| "injected failure".to_string())
     });
     let relay = Relay::spawn(

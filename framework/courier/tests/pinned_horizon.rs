@@ -7,7 +7,8 @@
 //! pin, 196 after the 22,000 events; this one: 45 and 53 pinned only, 68 and 74 with both
 //! writers).
 
-use courier::outbox::{NewEvent, Outbox, Relay, RelayHandle, RelayOptions};
+use courier::outbox::{NewEvent, Outbox};
+use courier::relay::{Relay, RelayHandle, RelayOptions};
 use courier::CourierConfig;
 use courier_testkit::keyed_event as event;
 use courier_testkit::{test_config, wait_until, TestDb, TestPubSub};

@@ -418,7 +418,7 @@ async fn a_database_outage_is_waited_out_without_spending_delivery_attempts() ->
 }
 
 /// Exactly-once as a per-subscription option: the consumer confirms every ack. (The emulator
-/// accepts the setting and confirms, without enforcing exactly-once, see EMULATOR.md; the inbox
+/// accepts the setting and confirms, without enforcing exactly-once, see docs/emulator.md; the inbox
 /// keeps effects single either way.)
 #[tokio::test]
 async fn on_an_exactly_once_subscription_every_ack_is_confirmed() -> anyhow::Result<()> {

@@ -16,26 +16,26 @@ use courier_testkit::{generic_plan, TestDb};
 const STATEMENTS: [(&str, &str, &str, &str); 4] = [
     (
         "mark_published.sql",
-        include_str!("../src/outbox/queries/mark_published.sql"),
+        include_str!("../src/relay/queries/mark_published.sql"),
         "tid[], uuid",
         "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000'",
     ),
     (
         "delete_published.sql",
-        include_str!("../src/outbox/queries/delete_published.sql"),
+        include_str!("../src/relay/queries/delete_published.sql"),
         "tid[], uuid",
         "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000'",
     ),
     (
         "mark_failed.sql",
-        include_str!("../src/outbox/queries/mark_failed.sql"),
+        include_str!("../src/relay/queries/mark_failed.sql"),
         "tid[], text[], timestamptz[], boolean[], boolean[], uuid",
         "'{\"(0,1)\"}', '{e}', '{2030-01-01}', '{f}', '{t}', \
          '00000000-0000-0000-0000-000000000000'",
     ),
     (
         "release.sql",
-        include_str!("../src/outbox/queries/release.sql"),
+        include_str!("../src/relay/queries/release.sql"),
         "tid[], uuid",
         "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000'",
     ),

@@ -2,7 +2,8 @@
 //! here, independently of the framework's own formatting and parsing: consumers in other
 //! languages route on them.
 
-use courier::outbox::{NewEvent, Outbox, Relay, RelayOptions};
+use courier::outbox::{NewEvent, Outbox};
+use courier::relay::{Relay, RelayOptions};
 use courier_testkit::{test_config, wait_until, Collector, TestDb, TestPubSub};
 use std::collections::BTreeSet;
 use std::time::Duration;

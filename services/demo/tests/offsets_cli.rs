@@ -1,7 +1,7 @@
 //! `courier offsets reset` rebuilds a projection by replay: the catalog's engagement projection
 //! is wiped, the group is reset to before the writes (audited), the subscription sought, and
 //! the projection comes back. The subscription is unordered here because the emulator does not
-//! implement Seek on ordered subscriptions (EMULATOR.md); real Pub/Sub does.
+//! implement Seek on ordered subscriptions (docs/emulator.md); real Pub/Sub does.
 
 mod support;
 

@@ -1,5 +1,5 @@
 -- The live relays of one service (heartbeat within $1 seconds) and what each one's publish limit
--- saw at its last heartbeat (outbox/publish_limit.rs).
+-- saw at its last heartbeat (relay/publish_limit.rs).
 SELECT instance_id::text AS instance,
        cardinality(owned_shards) AS shards,
        publish_limit,

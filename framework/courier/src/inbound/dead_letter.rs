@@ -138,7 +138,7 @@ pub fn revived(dead: &Message) -> Message {
 /// passes without a new one. The caller acks (republished) or drops (nacks) each handler.
 ///
 /// Ending the stream after an idle wait is what the emulator's dead-stream bug punishes
-/// (EMULATOR.md): on the emulator, messages nacked here come back only after the keeper's
+/// (docs/emulator.md): on the emulator, messages nacked here come back only after the keeper's
 /// ack deadline. Real Pub/Sub redelivers them at once.
 pub async fn read_kept(
     pubsub: &PubSub,

@@ -1,4 +1,4 @@
-//! The Pub/Sub attributes of an outbox event (DESIGN.md §2, Publisher).
+//! The Pub/Sub attributes of an outbox event (docs/design.md; every attribute in docs/writing-a-service.md).
 //!
 //! Consumers route and deduplicate on these without decoding the payload, so names and formats
 //! are a contract:

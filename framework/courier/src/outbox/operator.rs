@@ -4,7 +4,7 @@
 
 use crate::db::{render, DbError, PgPool, PooledClient};
 use crate::outbox::append::wake_channel;
-use crate::outbox::notify_listener::RESCAN;
+use crate::relay::notify_listener::RESCAN;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::time::Duration;

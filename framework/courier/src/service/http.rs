@@ -2,12 +2,10 @@
 //! request-parsing errors as 400, the health, readiness and metrics endpoints, and a span per
 //! request that continues the caller's W3C trace.
 
-use super::ServiceContext;
-use crate::db::DbError;
-use crate::outbox::AppendError;
+use super::api_error::ApiError;
+use super::context::ServiceContext;
 use actix_web::dev::Payload;
-use actix_web::http::StatusCode;
-use actix_web::{web, FromRequest, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use std::future::{ready, Ready};
 use std::time::Duration;
 use tracing::Instrument as _;
@@ -23,84 +21,6 @@ pub const METRICS_PATH: &str = "/metrics";
 const MAX_JSON_BYTES: usize = 64 * 1024;
 /// Readiness answers within this, even when the database hangs.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A request that failed, answered as `{"error": "<reason>"}` with the matching status.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// The request itself is wrong (P8): nothing was written.
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("missing or wrong bearer token")]
-    Unauthorized,
-    #[error("{0}")]
-    NotFound(String),
-    /// The request contradicts the current state (version mismatch, deleted aggregate).
-    #[error("{0}")]
-    Conflict(String),
-    /// Retrying later can succeed (database unreachable, pool exhausted, serialization).
-    #[error("{0}")]
-    Unavailable(String),
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl ResponseError for ApiError {
-    fn status_code(&self) -> StatusCode {
-        match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        let mut response = HttpResponse::build(self.status_code());
-        if matches!(self, ApiError::Unauthorized) {
-            response.insert_header(("WWW-Authenticate", "Bearer"));
-        }
-        response.json(serde_json::json!({ "error": self.to_string() }))
-    }
-}
-
-impl From<DbError> for ApiError {
-    fn from(error: DbError) -> Self {
-        if error.is_transient() {
-            tracing::warn!(error = %error, "request failed on a transient database error");
-            ApiError::Unavailable(format!("database unavailable, retry: {error}"))
-        } else {
-            tracing::error!(error = %error, "request failed on a database error");
-            ApiError::Internal("database error".into())
-        }
-    }
-}
-
-impl From<tokio_postgres::Error> for ApiError {
-    fn from(error: tokio_postgres::Error) -> Self {
-        DbError::Query {
-            context: "request".into(),
-            error,
-        }
-        .into()
-    }
-}
-
-impl From<AppendError> for ApiError {
-    fn from(error: AppendError) -> Self {
-        if error.is_conflict() {
-            return ApiError::Conflict(
-                "a concurrent write changed this aggregate; read it again and retry".into(),
-            );
-        }
-        match error {
-            AppendError::Db(e) => e.into(),
-            // The service built an event the outbox refuses: a bug or unchecked input.
-            other => ApiError::BadRequest(other.to_string()),
-        }
-    }
-}
 
 /// Proof that a write request carried the configured bearer token (or that none is
 /// configured). Write handlers take it as an argument, so forgetting it is visible.

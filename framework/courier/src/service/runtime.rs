@@ -2,50 +2,23 @@
 //! consumer per inbound subscription and the HTTP server — each on its own thread and actix
 //! System, so one process hosts them all and a test can crash one service like `kill -9`.
 
+use super::context::ServiceContext;
+use super::declaration::Service;
+use super::error::ServiceError;
 use super::http::configure_common;
-use super::{Service, ServiceContext};
 use crate::config::DatabaseConfig;
 use crate::db::DbError;
-use crate::inbound::{ConsumerError, ConsumerHandle, ConsumerOptions, StatsSnapshot};
-use crate::migrate::{MigrateError, MigrationReport, COURIER};
-use crate::outbox::relay::RelayError;
-use crate::outbox::{Outbox, Relay, RelayHandle, RelayOptions};
-use crate::pubsub::{PubSub, PubSubError};
-use crate::system_thread::{SystemThread, ThreadStartError};
+use crate::inbound::{ConsumerHandle, ConsumerOptions, StatsSnapshot};
+use crate::migrate::{MigrationReport, COURIER};
+use crate::outbox::Outbox;
+use crate::pubsub::PubSub;
+use crate::relay::{Relay, RelayHandle, RelayOptions};
+use crate::system_thread::SystemThread;
 use crate::CourierConfig;
 use actix_web::{web, App, HttpServer};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
-    #[error(transparent)]
-    Migrate(#[from] MigrateError),
-    #[error(transparent)]
-    Db(#[from] DbError),
-    #[error(transparent)]
-    PubSub(#[from] PubSubError),
-    #[error(transparent)]
-    Relay(#[from] RelayError),
-    #[error(transparent)]
-    Consumer(#[from] ConsumerError),
-    #[error("cannot serve HTTP on {listen}: {reason}")]
-    Http { listen: String, reason: String },
-    #[error(transparent)]
-    Start(#[from] ThreadStartError),
-    #[error("no projection {role:?}; this service has: {known}")]
-    UnknownProjection { role: String, known: String },
-    #[error("--aggregate {aggregate_type:?} is not one this service backfills ({known})")]
-    UnknownAggregate {
-        aggregate_type: String,
-        known: String,
-    },
-    #[error("--aggregate is needed: this service backfills {known}")]
-    AggregateRequired { known: String },
-    #[error("this service declares no backfill")]
-    NoBackfill,
-}
 
 /// How a service is started beyond its config.
 #[derive(Clone, Default)]

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use courier::inbound::ConsumerOptions;
-use courier::outbox::RelayOptions;
+use courier::relay::RelayOptions;
 use courier::service::RunOptions;
 use courier::supervision::EscalationHandler;
 use courier::CourierConfig;
@@ -60,7 +60,7 @@ fn service_config(
     config.http.auth_token = token.map(str::to_owned);
     config.http.read_wait_millis = 3_000;
     config.consumer.streams = 1;
-    // The emulator holds a killed stream's messages until this deadline passes (EMULATOR.md).
+    // The emulator holds a killed stream's messages until this deadline passes (docs/emulator.md).
     config.consumer.lease_extension_secs = 10;
     config
 }

@@ -1,7 +1,7 @@
 -- Appends events, one row per array element (after record_versions.sql, in one statement).
 -- It reads `versions`, so the ledger's insert runs first and the transaction has its id before
 -- the first row takes its seq: a claim that took its snapshot after a seq was handed out then
--- sees that transaction as running or ended, never as not yet begun (outbox/scan_from.rs
+-- sees that transaction as running or ended, never as not yet begun (relay/scan_from.rs
 -- relies on it to know when no row can still appear below a seq).
 INSERT INTO {schema}.outbox (
     id, shard, topic, aggregate_type, aggregate_id, event_type,

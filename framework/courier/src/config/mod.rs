@@ -1,0 +1,463 @@
+//! Deployment configuration: one TOML file per deployment (`deploy/*/courier.toml`) plus
+//! environment overrides, validated once at load with errors that name the offending key.
+//!
+//! Overrides: `COURIER_<SECTION>__<KEY>=value` sets `<section>.<key>` (for example
+//! `COURIER_RELAY__SHARD_COUNT=16`); `PUBSUB_EMULATOR_HOST` sets `pubsub.emulator_host` as
+//! Google's own tools do.
+
+mod consumer;
+mod database;
+mod error;
+mod http;
+mod metrics;
+mod pubsub;
+mod relay;
+mod retention;
+mod supervision;
+mod telemetry;
+
+pub use consumer::{ConsumerConfig, StartFrom};
+pub use database::{redact_url, DatabaseConfig};
+pub use error::{is_identifier, ConfigError};
+pub use http::HttpConfig;
+pub use metrics::MetricsConfig;
+pub use pubsub::PubSubConfig;
+pub use relay::RelayConfig;
+pub use retention::RetentionConfig;
+pub use supervision::SupervisionConfig;
+pub use telemetry::TelemetryConfig;
+
+use serde::Deserialize;
+use std::path::Path;
+
+/// Prefix of every environment override.
+pub const ENV_PREFIX: &str = "COURIER_";
+/// Names the config file for the binaries; carries the prefix but is not an override.
+pub const CONFIG_PATH_ENV: &str = "COURIER_CONFIG";
+
+/// The whole configuration of one Courier process.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CourierConfig {
+    /// Where the service's PostgreSQL is and which schema holds the framework's tables.
+    pub database: DatabaseConfig,
+    /// Which Pub/Sub project and endpoint to use.
+    pub pubsub: PubSubConfig,
+    /// Outbox relay tuning.
+    pub relay: RelayConfig,
+    /// Read-side tuning: receiving, projecting, dead-lettering.
+    pub consumer: ConsumerConfig,
+    /// Restart policies per actor kind.
+    pub supervision: SupervisionConfig,
+    /// Prometheus exporter of a process without an HTTP API (the bare relay); services serve
+    /// `/metrics` on their HTTP port instead.
+    pub metrics: MetricsConfig,
+    /// A service's HTTP API, health and metrics endpoints.
+    pub http: HttpConfig,
+    /// How long published outbox rows and processed inbox rows are kept.
+    pub retention: RetentionConfig,
+    /// Where spans are exported (OpenTelemetry).
+    pub telemetry: TelemetryConfig,
+}
+
+impl CourierConfig {
+    /// Reads `path`, applies the process environment, validates.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_source(&text, Some(path), std::env::vars())
+    }
+
+    /// Defaults, then the process environment, validated.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_toml_and_env("", std::env::vars())
+    }
+
+    /// Parses `text`, applies `env` overrides, validates.
+    pub fn from_toml_and_env(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        Self::from_source(text, None, env)
+    }
+
+    /// [`Self::from_toml_and_env`] for the text of `file`. A bad value's error says where it
+    /// came from: the environment variable that set it, the file, or the default.
+    fn from_source(
+        text: &str,
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let in_file = table.clone();
+        let mut set_by_env = std::collections::HashMap::new();
+        for (name, value) in env {
+            if let Some(key) = apply_env_override(&mut table, &name, &value)? {
+                set_by_env.insert(key, name);
+            }
+        }
+        let config: CourierConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        config.validate().map_err(|error| match error {
+            ConfigError::Invalid { key, reason } => {
+                let origin = match (set_by_env.get(&key), file) {
+                    (Some(variable), _) => format!("environment variable {variable}"),
+                    (None, Some(file)) if has_key(&in_file, &key) => {
+                        format!("config file {}", file.display())
+                    }
+                    (None, _) if has_key(&in_file, &key) => "the config text".into(),
+                    (None, _) => "the default".into(),
+                };
+                ConfigError::Invalid {
+                    reason: format!("{reason} (value from {origin})"),
+                    key,
+                }
+            }
+            other => other,
+        })?;
+        Ok(config)
+    }
+
+    /// Checks ranges and formats, naming the key of the first bad value. Each section's
+    /// rules sit beside its fields, in its own `validate`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.database.validate()?;
+        self.pubsub.validate()?;
+        self.relay.validate()?;
+        self.consumer.validate()?;
+        self.http.validate()?;
+        self.retention.validate()?;
+        self.supervision.validate()?;
+        self.telemetry.validate()
+    }
+}
+
+/// Whether `table` sets the dotted `key` (`relay.shard_count`).
+fn has_key(table: &toml::Table, key: &str) -> bool {
+    let mut node = Some(table);
+    let mut parts = key.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let Some(value) = node.and_then(|t| t.get(part)) else {
+            return false;
+        };
+        if parts.peek().is_none() {
+            return true;
+        }
+        node = value.as_table();
+    }
+    false
+}
+
+/// Applies one environment variable if it is an override; returns the dotted key it set.
+fn apply_env_override(
+    table: &mut toml::Table,
+    name: &str,
+    value: &str,
+) -> Result<Option<String>, ConfigError> {
+    let path: Vec<String> = if name == "PUBSUB_EMULATOR_HOST" {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        vec!["pubsub".into(), "emulator_host".into()]
+    } else if name == CONFIG_PATH_ENV {
+        return Ok(None);
+    } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
+        rest.split("__").map(str::to_ascii_lowercase).collect()
+    } else {
+        return Ok(None);
+    };
+    if path.len() < 2 || path.iter().any(String::is_empty) {
+        return Err(ConfigError::Invalid {
+            key: name.into(),
+            reason: "environment overrides look like COURIER_<SECTION>__<KEY>".into(),
+        });
+    }
+    let mut node = table;
+    for section in &path[..path.len() - 1] {
+        let entry = node
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        node = entry.as_table_mut().ok_or_else(|| ConfigError::Invalid {
+            key: name.into(),
+            reason: format!("{section} is not a section"),
+        })?;
+    }
+    // A value that parses as a TOML scalar (number, boolean) is taken as such, else as a string.
+    let parsed = format!("v = {value}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .filter(|v| !v.is_table())
+        .unwrap_or_else(|| toml::Value::String(value.into()));
+    node.insert(path[path.len() - 1].clone(), parsed);
+    Ok(Some(path.join(".")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = CourierConfig::from_toml_and_env("", env(&[])).expect("defaults");
+        assert_eq!(config.relay.claim_batch_size, 200);
+        assert_eq!(config.database.schema, "courier");
+    }
+
+    #[test]
+    fn passwords_and_the_bearer_token_never_show_in_debug_output() {
+        let secrets = [
+            "s3cret-pass",
+            "other-secret",
+            "qs-secret",
+            "token-0123456789-secret",
+        ];
+        let config = CourierConfig::from_toml_and_env(
+            "[database]\nurl = \"postgres://catalog:s3cret-pass@db.internal:5432/app?sslmode=require\"\n\
+             admin_url = \"host=db user=postgres password='other-secret' dbname=app\"\n\
+             [http]\nauth_token = \"token-0123456789-secret\"\n",
+            env(&[]),
+        )
+        .expect("valid");
+        for rendered in [format!("{config:?}"), format!("{config:#?}")] {
+            for secret in secrets {
+                assert!(!rendered.contains(secret), "{secret} in {rendered}");
+            }
+            assert!(rendered.contains("catalog:***@db.internal"), "{rendered}");
+            assert!(rendered.contains("<redacted>"), "{rendered}");
+        }
+        assert_eq!(
+            redact_url("postgres://u@h/db?password=qs-secret&sslmode=require"),
+            "postgres://u@h/db?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("host=h password=p user=u"),
+            "host=h password=*** user=u"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        // A URL that does not parse is refused naming the key, not echoing the value.
+        let err = CourierConfig::from_toml_and_env(
+            "[database]\nurl = \"postgres://u:s3cret-pass@h:notaport/db\"\n",
+            env(&[]),
+        )
+        .expect_err("bad url");
+        assert!(!err.to_string().contains("s3cret-pass"), "{err}");
+        // An environment override is redacted the same way.
+        let config = CourierConfig::from_toml_and_env(
+            "",
+            env(&[("COURIER_DATABASE__URL", "postgres://a:s3cret-pass@h/db")]),
+        )
+        .expect("valid");
+        assert!(!format!("{config:?}").contains("s3cret-pass"));
+    }
+
+    #[test]
+    fn default_transient_retries_outlast_a_thirty_second_lock() {
+        let c = ConsumerConfig::default();
+        let one_delivery = c.transient_backoff().least_total(c.transient_retries);
+        assert!(one_delivery >= Duration::from_secs(20), "{one_delivery:?}");
+        // Before a dead letter: every delivery's retries, not counting lock waits or
+        // Pub/Sub's own redelivery backoff.
+        assert!(one_delivery * c.max_delivery_attempts >= Duration::from_secs(60));
+    }
+
+    #[test]
+    fn env_overrides_file_and_emulator_host_is_honoured() {
+        let config = CourierConfig::from_toml_and_env(
+            "[relay]\nshard_count = 4\n",
+            env(&[
+                ("COURIER_RELAY__SHARD_COUNT", "16"),
+                ("COURIER_DATABASE__SCHEMA", "catalog"),
+                ("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085"),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(config.relay.shard_count, 16);
+        assert_eq!(config.database.schema, "catalog");
+        assert_eq!(
+            config.pubsub.emulator_host.as_deref(),
+            Some("127.0.0.1:8085")
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = CourierConfig::from_toml_and_env("[relay]\nshard_cuont = 4\n", env(&[]))
+            .expect_err("unknown key");
+        assert!(err.to_string().contains("shard_cuont"), "{err}");
+        let err = CourierConfig::from_toml_and_env("", env(&[("COURIER_RELAY__BATCH", "4")]))
+            .expect_err("unknown env key");
+        assert!(err.to_string().contains("batch"), "{err}");
+    }
+
+    #[test]
+    fn the_version_ledger_must_remember_versions_for_at_least_an_hour() {
+        let err = CourierConfig::from_toml_and_env("[retention]\nversion_hours = 0\n", env(&[]))
+            .expect_err("version_hours = 0");
+        assert!(err.to_string().contains("retention.version_hours"), "{err}");
+        let config = CourierConfig::from_toml_and_env("", env(&[])).expect("defaults");
+        assert_eq!(config.retention.version_hours, 168);
+    }
+
+    #[test]
+    fn no_outbox_retention_means_published_rows_are_deleted_by_the_relay() {
+        use crate::relay::store::PublishedRows;
+        let config = CourierConfig::from_toml_and_env("[retention]\noutbox_hours = 0\n", env(&[]))
+            .expect("outbox_hours = 0 is valid");
+        assert_eq!(
+            PublishedRows::from_config(&config.retention),
+            PublishedRows::Deleted
+        );
+        let config = CourierConfig::from_toml_and_env("", env(&[])).expect("defaults");
+        assert_eq!(
+            PublishedRows::from_config(&config.retention),
+            PublishedRows::Kept
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (toml, key) in [
+            ("[relay]\nshard_count = 0\n", "relay.shard_count"),
+            (
+                "[relay]\nclaim_batch_size = 5000\n",
+                "relay.claim_batch_size",
+            ),
+            ("[database]\nschema = \"Bad-Name\"\n", "database.schema"),
+            (
+                "[supervision.claimer]\nmax_restarts = 0\n",
+                "supervision.claimer.max_restarts",
+            ),
+            ("[consumer]\nstreams = 0\n", "consumer.streams"),
+            (
+                "[consumer]\nlease_extension_secs = 5\n",
+                "consumer.lease_extension_secs",
+            ),
+            ("[database]\nrole = \"Catalog\"\n", "database.role"),
+            ("[http]\nlisten = \"localhost\"\n", "http.listen"),
+            ("[http]\nauth_token = \"short\"\n", "http.auth_token"),
+            ("[retention]\ninbox_hours = 24\n", "retention.inbox_hours"),
+            ("[retention]\nbatch_size = 0\n", "retention.batch_size"),
+            (
+                "[consumer]\nstart_from = \"yesterday\"\n",
+                "consumer.start_from",
+            ),
+            (
+                "[consumer]\ntransient_backoff_first_millis = 500\ntransient_backoff_cap_millis = 100\n",
+                "consumer.transient_backoff_cap_millis",
+            ),
+            ("[consumer]\ngate_timeout_secs = 0\n", "consumer.gate_timeout_secs"),
+            (
+                "[telemetry]\notlp_endpoint = \"collector:4318\"\n",
+                "telemetry.otlp_endpoint",
+            ),
+            (
+                "[database]\nurl = \"postgres://h/db?sslmode=verify\"\n",
+                "database.url",
+            ),
+            (
+                "[database]\nsslmode = \"require\"\nadmin_url = \"host=h sslmode=disable\"\n",
+                "database.admin_url",
+            ),
+            (
+                "[database]\nssl_root_cert = \"/nonexistent/ca.pem\"\n",
+                "database.ssl_root_cert",
+            ),
+        ] {
+            let err = CourierConfig::from_toml_and_env(toml, env(&[])).expect_err(toml);
+            assert!(
+                matches!(&err, ConfigError::Invalid { key: k, .. } if k == key),
+                "{toml}: {err}"
+            );
+        }
+        let err = CourierConfig::from_toml_and_env("[relay]\nshard_count = \"many\"\n", env(&[]))
+            .expect_err("type");
+        assert!(err.to_string().contains("shard_count"), "{err}");
+        let err = CourierConfig::from_toml_and_env("[database]\nsslmode = \"verify\"\n", env(&[]))
+            .expect_err("sslmode");
+        assert!(err.to_string().contains("sslmode"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_value_says_where_it_came_from() {
+        let from_env = CourierConfig::from_toml_and_env(
+            "[relay]\nshard_count = 8\n",
+            env(&[("COURIER_RELAY__SHARD_COUNT", "0")]),
+        )
+        .expect_err("shard_count 0");
+        assert!(
+            from_env
+                .to_string()
+                .contains("environment variable COURIER_RELAY__SHARD_COUNT"),
+            "{from_env}"
+        );
+        let dir = std::env::temp_dir().join(format!("courier-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, "[relay]\nclaim_batch_size = 5000\n").expect("write");
+        let from_file = CourierConfig::from_source(
+            &std::fs::read_to_string(&file).expect("read"),
+            Some(&file),
+            env(&[]),
+        )
+        .expect_err("claim_batch_size 5000");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            from_file
+                .to_string()
+                .contains(&format!("config file {}", file.display())),
+            "{from_file}"
+        );
+        let cross_field =
+            CourierConfig::from_toml_and_env("[relay]\nclaim_lease_secs = 5\n", env(&[]))
+                .expect_err("publish timeout 20 s with a 5 s lease");
+        assert!(
+            cross_field
+                .to_string()
+                .contains("relay.publish_timeout_secs"),
+            "{cross_field}"
+        );
+        assert!(
+            cross_field.to_string().contains("the default"),
+            "{cross_field}"
+        );
+    }
+
+    #[test]
+    fn every_shipped_config_loads_and_the_config_path_variable_is_not_an_override() {
+        let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy");
+        let mut checked = 0;
+        for dir in ["local", "cloudrun", "k8s"] {
+            let Ok(entries) = std::fs::read_dir(format!("{deploy}/{dir}")) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "toml") {
+                    let text = std::fs::read_to_string(&path).expect("readable");
+                    CourierConfig::from_toml_and_env(
+                        &text,
+                        env(&[("COURIER_CONFIG", "/etc/courier/catalog.toml")]),
+                    )
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 3, "only {checked} shipped configs found");
+    }
+}

@@ -1,0 +1,56 @@
+//! The outbox's backlog gauges (pending and dead rows, the oldest pending row's age), read
+//! without walking what a pinned xmin horizon keeps.
+//!
+//! Counting every row the outbox's unpublished indexes name walks, while a long transaction
+//! pins the horizon, the entry of every row published since the pin: 6.7 → 580 ms a call ten
+//! minutes into a pin at 800 events/s, growing with it (P9). The gauge keeps a floor per shard
+//! as the claimers do ([`Floor`]), found by the claimers' floor query with no token of its own
+//! (so rows in flight with any claimer count as pending), and counts from there.
+//!
+//! A row that becomes claimable again below a floor without being in flight (a key's later rows
+//! once its failed row is published, a dead row an operator retries) is counted among the
+//! failed rows or behind them until then, and not again until it is published: the gauge may
+//! read low by such rows for the moment they take to go out.
+
+use crate::db::DbError;
+use crate::relay::floor::Floor;
+use crate::relay::store::{Backlog, OutboxStore};
+
+/// A floor per shard; the relay's shard owner samples it once per tick.
+#[derive(Debug)]
+pub struct BacklogGauge {
+    floors: Vec<Floor>,
+}
+
+impl BacklogGauge {
+    pub fn new(shard_count: u32) -> Self {
+        Self {
+            floors: (0..shard_count).map(|_| Floor::start()).collect(),
+        }
+    }
+
+    /// Reads the backlog and sets its gauges; a failure is logged and leaves them as they were.
+    pub async fn sample(&mut self, store: &OutboxStore) {
+        match self.read(store).await {
+            Ok(b) => {
+                metrics::gauge!(crate::metrics::OUTBOX_PENDING_COUNT).set(b.pending as f64);
+                metrics::gauge!(crate::metrics::OUTBOX_DEAD_COUNT).set(b.dead as f64);
+                metrics::gauge!(crate::metrics::OUTBOX_MAX_DELIVERY_ATTEMPTS)
+                    .set(f64::from(b.max_attempts));
+                metrics::gauge!(crate::metrics::OUTBOX_OLDEST_PENDING_SECONDS)
+                    .set(b.oldest_pending_secs);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not sample outbox backlog"),
+        }
+    }
+
+    /// Moves each shard's floor on (one floor query each), then reads the backlog from them.
+    pub async fn read(&mut self, store: &OutboxStore) -> Result<Backlog, DbError> {
+        for (shard, floor) in (0u32..).zip(self.floors.iter_mut()) {
+            let look = store.gauge_floor(shard, floor.get()).await?;
+            floor.found(&look);
+        }
+        let floors: Vec<i64> = self.floors.iter().map(Floor::get).collect();
+        store.backlog(&floors).await
+    }
+}
