@@ -160,6 +160,7 @@ impl Pipeline {
                 setup.sample_every,
                 watched.clone(),
                 scope,
+                rig.config.relay.shard_count,
             )),
             rig,
             workers,
@@ -634,7 +635,7 @@ impl Drained {
             .to_string();
         if self.key_space == KeySpace::Unique {
             note += ": with a new ordering key per aggregate on an ordered subscription the \
-                     emulator stops delivering within a minute or so (EMULATOR.md), which real \
+                     emulator stops delivering within a minute or so (docs/emulator.md), which real \
                      Pub/Sub does not; measure the framework with --relay-only or a smaller run";
         }
         report.notes.push(note);
