@@ -10,3 +10,9 @@
 pub mod client;
 pub mod scenario;
 pub mod stack;
+
+/// The README's code examples, compiled by `cargo test --doc -p courier-demo` (this crate sees
+/// every crate a service uses), so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
