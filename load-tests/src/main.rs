@@ -12,37 +12,14 @@
 //! - `drain`, `append`, `project`: focused benchmarks of one stage each.
 //! - `claim-cost`: the claim with and without rows parked for retry.
 
-mod append;
-mod baseline;
-mod canary;
-mod chaos;
-mod chart;
-mod checker;
-mod claim_cost;
-mod cpu;
-mod drain;
-mod drive;
-mod faults;
-mod fixtures;
-mod hops;
-mod http_path;
-mod latency;
-mod limits;
-mod middle;
-mod own_stack;
-mod pg_statements;
-mod pin;
-mod pipeline;
-mod processes;
-mod project;
+mod commands;
+mod harness;
 mod report;
-mod rig;
-mod scale;
-mod soak;
-mod stages;
-mod throughput;
-mod worker;
-mod workload;
+
+use commands::{
+    append, baseline, chaos, claim_cost, drain, http_path, latency, limits, project, scale, soak,
+    throughput, worker,
+};
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -187,6 +164,10 @@ fn main() -> ExitCode {
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
         let report = match cli.command {
             Command::Limits(args) => limits::run(args).await?,
+            // Through the services' HTTP APIs: the same arguments, another pipeline.
+            Command::Throughput(args) if args.via == throughput::Via::Http => {
+                http_path::run(args).await?
+            }
             Command::Throughput(args) => throughput::run(args, &dir).await?,
             Command::Latency(args) => latency::run(args, &dir).await?,
             Command::Chaos(args) => chaos::run(args, &dir).await?,

@@ -1,5 +1,6 @@
-//! The README's main command stays true: `courier demo` against real PostgreSQL and the
-//! emulator, with the shipped local config, exits 0 having seen every event in order.
+//! `courier demo` (the write side alone: append, relay, read back in order) against real
+//! PostgreSQL and the emulator, with the shipped local config, exits 0 having seen every event
+//! in order.
 
 use courier_testkit::{TestDb, TestPubSub};
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! The framework crate's modules import each other without cycles, so each can be read (and
+//! The framework crate's modules, and the load harness's, import each other without cycles, so each can be read (and
 //! changed) after the ones it depends on. A module is a file; it imports another when it names
 //! it: `crate::a::b::…` (in `use` lines or inline) or `super::…`. A path resolves to the
 //! deepest module file it names, so importing a re-exported item through a parent
@@ -160,6 +160,19 @@ fn the_framework_crate_has_no_import_cycle() {
     );
     if let Some(cycle) = find_cycle(&graph) {
         panic!("import cycle: {}", cycle.join(" → "));
+    }
+}
+
+#[test]
+fn the_load_harness_has_no_import_cycle() {
+    let graph = import_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../load-tests/src"));
+    assert!(graph.len() >= 30, "read the modules: {graph:?}");
+    assert!(
+        graph["harness::pipeline"].contains("harness::pin"),
+        "{graph:?}"
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("import cycle in load-tests: {}", cycle.join(" → "));
     }
 }
 
