@@ -27,6 +27,8 @@ use clap::{Parser, Subcommand};
 use courier::CourierConfig;
 use std::path::PathBuf;
 
+// `--help` shows the fields' doc comments as they are: `COURIER_<SECTION>__<KEY>` is no HTML tag.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Parser)]
 #[command(
     name = "courier",

@@ -2,7 +2,7 @@
 //!
 //! tokio-postgres understands only `disable`, `prefer` and `require`, never verifies a
 //! certificate itself, and rejects `verify-ca`, `verify-full` and `sslrootcert` in a connection
-//! string. So both are taken out of the string here ([`split_tls_params`]) and turned into a
+//! string. So both are taken out of the string here (`split_tls_params`) and turned into a
 //! rustls connector ([`connector`]) that does what libpq does for each mode:
 //!
 //! | mode          | encrypted                     | certificate checked                   |

@@ -119,8 +119,8 @@ impl Horizon {
     }
 
     /// Whether the horizon is held back long enough that vacuum leaves dead row versions
-    /// behind it: by a transaction open over [`HELD_AFTER_SECS`] (or, its start hidden, over
-    /// [`HELD_AFTER_XIDS`] transactions old), or by a replication slot that old.
+    /// behind it: by a transaction open over `HELD_AFTER_SECS` (or, its start hidden, over
+    /// `HELD_AFTER_XIDS` transactions old), or by a replication slot that old.
     pub fn is_held(&self) -> bool {
         let open = match self.held_secs() {
             Some(secs) => secs > HELD_AFTER_SECS,

@@ -7,7 +7,7 @@
 //! most one group in flight (its projector waits for the outcome), so per-key order and the
 //! gate hold; how many transactions run at once is bounded by the pool
 //! ([`ConsumerParts::transactions`]). A shared transaction that fails falls back to one
-//! transaction per key ([`project_many`]).
+//! transaction per key (`project_many`).
 
 use crate::inbound::delivery::Delivery;
 use crate::inbound::parts::ConsumerParts;

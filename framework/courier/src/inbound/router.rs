@@ -2,7 +2,7 @@
 //! demand under a cap on how many live at once.
 //!
 //! Deliveries of one key reach its projector in the order the router receives them (one
-//! mailbox, synchronous hand-over). The registry ([`KeyedActors`], as for the key publishers)
+//! mailbox, synchronous hand-over). The registry (`KeyedActors`, as for the key publishers)
 //! is shared with the projectors, which leave it themselves when idle.
 
 use crate::inbound::committer::Committer;

@@ -4,7 +4,7 @@
 //! Counting every row the outbox's unpublished indexes name walks, while a long transaction
 //! pins the horizon, the entry of every row published since the pin: 6.7 → 580 ms a call ten
 //! minutes into a pin at 800 events/s, growing with it (P9). The gauge keeps a floor per shard
-//! as the claimers do ([`Floor`]), found by the claimers' floor query with no token of its own
+//! as the claimers do (`Floor`), found by the claimers' floor query with no token of its own
 //! (so rows in flight with any claimer count as pending), and counts from there.
 //!
 //! A row that becomes claimable again below a floor without being in flight (a key's later rows

@@ -2,7 +2,7 @@
 //!
 //! Loop: take permits from the relay's publish limit → claim that many rows at most → hand each
 //! key's rows to its publisher → mark outcomes in batched statements (one mark at a time, of
-//! what settled, gathered up to [`MARK_GATHER_ROWS`] or [`MARK_LINGER`]; in `marking`). A
+//! what settled, gathered up to `MARK_GATHER_ROWS` or `MARK_LINGER`; in `marking`). A
 //! batch found means claim again at once while fewer than `max_in_flight_batches ×
 //! claim_batch_size` rows are unmarked — rows count, not batches, so one slow key does not hold
 //! a whole batch's capacity (a partial batch waits `claim_linger_millis` first, so a trickle
@@ -14,7 +14,7 @@
 //! Each (re)start takes a fresh lock token: rows the previous incarnation held become
 //! claimable when their lease expires, and its late marks no longer match.
 //!
-//! Claims look for rows only where one may have appeared since the last look ([`ScanFrom`]),
+//! Claims look for rows only where one may have appeared since the last look (`ScanFrom`),
 //! so a claim does not wade through this claimer's own rows in flight; a full scan from the
 //! shard's floor (below which nothing is left to claim) picks up whatever a claim may have
 //! passed over.
@@ -584,7 +584,7 @@ impl Supervised for Claimer {
 }
 
 impl StreamHandler<Vec<PublishOutcome>> for Claimer {
-    /// One key group's outcomes (see [`Claimer::dispatch`]).
+    /// One key group's outcomes (see `Claimer::dispatch`).
     fn handle(&mut self, outcomes: Vec<PublishOutcome>, ctx: &mut Self::Context) {
         if let Some(meta) = outcomes.first().and_then(|o| self.rows.get(&o.seq())) {
             self.keys_out.settled(&meta.key, outcomes.len());

@@ -2,8 +2,8 @@
 //!
 //! - [`tree`]: starts the actor tree below ([`Relay::spawn`]).
 //! - [`notify_listener`] → [`shard_owner`] → [`claimer`] → [`publisher`]: the actors;
-//!   [`marking`] writes the claimer's outcomes and [`scan_from`] says where its claims start
-//!   looking, from a shard's [`floor`]; [`publish_limit`] is the congestion control they
+//!   `marking` writes the claimer's outcomes and `scan_from` says where its claims start
+//!   looking, from a shard's `floor`; [`publish_limit`] is the congestion control they
 //!   share, judged partly by the claimers' [`keys_out`] (by [`publisher_key`]);
 //!   [`topic_clients`] the Pub/Sub clients the publishers use.
 //! - [`store`]: the relay's SQL (`queries/*.sql`), which marks rows at their

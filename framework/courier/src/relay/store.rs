@@ -88,7 +88,7 @@ pub struct ClaimSnapshot {
 
 /// What a floor query saw (queries/claim_floor.sql): the lowest seq a claim may take, if a row
 /// was visible, and the seq the next row would get, read after the statement's snapshot was
-/// taken (see [`crate::relay::scan_from::ScanFrom::floor_found`] for why that matters).
+/// taken (see `crate::relay::scan_from::ScanFrom::floor_found` for why that matters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FloorLook {
     pub lowest: Option<i64>,

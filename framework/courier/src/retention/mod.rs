@@ -43,7 +43,7 @@ pub struct Sweep {
 /// so one committed behind a position already passed came from a writer open longer than
 /// `hours` (an hour at least; the inbox's a week). A cutoff that moves back below a position
 /// (the database clock stepped back) deletes nothing until it passes it again; a change of
-/// `retention.*_hours` comes with a restart. The daily fresh start ([`FRESH_START_EVERY`])
+/// `retention.*_hours` comes with a restart. The daily fresh start (`FRESH_START_EVERY`)
 /// removes what this does not cover: such a writer, a clock stepped back further than `hours`,
 /// a database restored from a backup. With `outbox_hours = 0` the cutoff is now() and a mark
 /// in flight stamps rows behind any position, so the outbox's position lasts only one sweep

@@ -20,7 +20,7 @@ pub struct Service {
     pub outbound_topics: &'static [&'static str],
     /// Subscriptions the service consumes, each feeding one projection.
     pub inbound: Vec<Inbound>,
-    /// Registers the service's HTTP routes; handlers get [`ServiceContext`] as app data.
+    /// Registers the service's HTTP routes; handlers get [`ServiceContext`](crate::service::ServiceContext) as app data.
     pub routes: fn(&mut actix_web::web::ServiceConfig),
     /// The aggregates `backfill` can snapshot (one source per aggregate type).
     pub backfills: Vec<Arc<dyn BackfillSource>>,

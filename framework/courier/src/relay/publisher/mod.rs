@@ -6,9 +6,9 @@
 //! messages in order with many in flight, across batches.
 //!
 //! - this module: the registry ([`Publishers`]) and what the claimer and publishers exchange;
-//! - [`key_publisher`]: the actor; [`frontier`]: which rows a key may hand to the client;
-//! - [`lone_row`]: a key's only row, published without an actor;
-//! - [`handed`]: a row handed to the client and what its result means;
+//! - `key_publisher`: the actor; [`frontier`]: which rows a key may hand to the client;
+//! - `lone_row`: a key's only row, published without an actor;
+//! - `handed`: a row handed to the client and what its result means;
 //! - [`message`]: the Pub/Sub message of a row.
 
 pub mod frontier;
