@@ -557,7 +557,7 @@ fn hold_to_fastest_raw_phase(pairs: &mut [Pair]) {
 
 /// The raw publishes' machine CPU over the relay drains', summed over all pairs: the by-CPU
 /// ratio with every pair's events counted once, steadier than any one pair's (medians of 3–5
-/// pairs swing ±0.05 with the emulator's pace; README, session 43).
+/// pairs swing ±0.05 with the emulator's pace: docs/benchmarks-history.md).
 fn pooled_cpu_ratio(pairs: &[Pair]) -> f64 {
     let sum = |cpu: fn(&Pair) -> f64| pairs.iter().map(cpu).sum::<f64>();
     sum(|p| p.publish_cpu.machine) / sum(|p| p.relay_cpu.machine).max(f64::MIN_POSITIVE)
@@ -949,10 +949,9 @@ const NARROW_RAW_WINDOW: usize = 400;
 /// The windows of unacknowledged publishes [`raw_publish_per_generation`] runs at:
 /// [`RAW_PUBLISH_IN_FLIGHT`], what the relay's connection carries (see
 /// `courier::relay::topic_clients`), where the relay's limit settles with a key per row, and
-/// [`NARROW_RAW_WINDOW`]. With a key per row a raw publish is faster at the narrower windows
-/// (session 45: 16.5k–17.3k/s at 1,124 against 12.5k–15.4k/s at 10,000, its process 49 µs per
-/// event against 61; at 400 it beat 1,124 in 4 pairs of 6, 15.0k–18.0k/s), so a ceiling
-/// measured at 10,000 alone flattered a relay holding 1,124.
+/// [`NARROW_RAW_WINDOW`]. With a key per row a raw publish is faster at the narrower windows,
+/// so a ceiling measured at 10,000 alone flattered a relay holding 1,124
+/// (docs/benchmarks-history.md).
 fn per_generation_windows() -> Vec<usize> {
     let mut windows = vec![
         RAW_PUBLISH_IN_FLIGHT,
@@ -1085,8 +1084,7 @@ mod tests {
     use courier_testkit::{generic_plan, TestDb};
 
     /// The ceiling reads a shard's rows in seq order from an index, whatever the backlog:
-    /// no sort of the shard's rows, no scan of another index (its plan from migration 0013 on,
-    /// until session 42).
+    /// no sort of the shard's rows, no scan of another index (which it once did, unnoticed).
     #[tokio::test]
     async fn the_raw_claim_and_mark_walks_outbox_ready_in_seq_order() -> anyhow::Result<()> {
         let db = TestDb::new().await?;

@@ -10,29 +10,18 @@
 //! half, as a gradient limiter would), at most once per target interval.
 //!
 //! Under a quarter: once publishes mostly wait in the broker's queue, more of them in flight
-//! add latency, memory and CPU, and no throughput (`drain --relay-only`, 200,000 new keys on
-//! the emulator: grown until acknowledgements took the 2 s target, 5.0k/s in a 600 MiB
-//! process; under 500 ms, 5.2k/s in 203 MiB). A bound relative to the lowest latency seen
-//! (as TCP Vegas judges a queue) was tried and cut the 1,000-key drain by a third: there the
-//! emulator answers more slowly as it carries more, queue or not.
-//!
-//! It also grows only while more rows in flight can speed the relay up: while the keys out
-//! leave room on the relay's connection (a key's rows go out one request at a time, so each
-//! key out is a request), or while rows share keys (bigger requests). Past that, with a key
-//! per row, more rows only wait in the client for the connection, and the limit gives them
-//! back, one per acknowledgement, down to what the connection carries. Drained with a key per
-//! row (`drain --keys 200000 --events 200000`), the limit grew to ~12,000 rows at ~800 ms of
-//! latency; capped at 1,500, the drain ran 10 % faster (0.88 of a raw publish against 0.80).
-//! A fixed cap in rows would not do: 1,000 keys need their 25,600 rows in flight to batch
-//! (capped at 1,500, that drain fell from 0.47 to 0.33 of a raw publish).
+//! add latency, memory and CPU, and no throughput. It also grows only while more rows in flight
+//! can speed the relay up: while the keys out leave room on the relay's connection (each key
+//! out is a request), or while rows share keys (bigger requests); past that it gives rows back,
+//! one per acknowledgement. A fixed cap in rows would not do: 1,000 keys need their 25,600 rows
+//! in flight to batch, a key per row does best near what the connection carries. The drains
+//! that showed each of these: docs/benchmarks-history.md (the publish limit's rows).
 //!
 //! A timeout, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` or `UNAVAILABLE` puts the relay in probe
 //! mode, as a timeout collapses TCP's window to one segment: until the broker acknowledges a
 //! publish again, one row at a time goes out, each after the broker's backoff; then the limit
-//! starts over from its floor. Thousands of rows failing together are one such moment. Without
-//! it a frozen broker timed out the whole window every publish timeout, and one that refuses at
-//! once would be sent fresh rows as fast as it refuses them; either way records of failed
-//! publishes pile up for nothing, and rows wait longer behind them.
+//! starts over from its floor. Without it a frozen broker would time out the whole window, and
+//! a refusing one would be sent fresh rows as fast as it refuses them.
 
 use crate::backoff::Backoff;
 use crate::config::RelayConfig;
