@@ -4,6 +4,7 @@
 use crate::config::is_identifier;
 use crate::db::{DbError, PgTransaction};
 use crate::inbound::delivery::EventMeta;
+use crate::outbox::AppendError;
 use std::future::Future;
 use tokio_postgres::types::ToSql;
 
@@ -44,6 +45,23 @@ impl From<DbError> for HandlerError {
             HandlerError::Transient(error.to_string())
         } else {
             HandlerError::Permanent(error.to_string())
+        }
+    }
+}
+
+/// An append in the projection's transaction (a projection that emits events) that failed.
+/// The database's trouble keeps its class (unavailable, transient, permanent); an event the
+/// projection built wrong can never be appended, so it is permanent. So is a conflict: the
+/// version ledger already holds that `(aggregate_id, version)`, as after a replay of an
+/// emitting projection (appends idempotent by cause are not built yet).
+impl From<AppendError> for HandlerError {
+    fn from(error: AppendError) -> Self {
+        if error.is_conflict() {
+            return HandlerError::Permanent(format!("event already appended: {error}"));
+        }
+        match error {
+            AppendError::Db(e) => e.into(),
+            invalid => HandlerError::Permanent(format!("event refused by the outbox: {invalid}")),
         }
     }
 }
@@ -265,6 +283,35 @@ impl VersionedUpsert {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::InvalidEvent;
+
+    #[test]
+    fn an_append_the_outbox_refuses_is_the_events_fault_and_an_outage_is_not() {
+        let invalid = HandlerError::from(AppendError::Invalid(InvalidEvent {
+            field: "event_type",
+            reason: "must be lowercase".into(),
+        }));
+        assert!(
+            matches!(invalid, HandlerError::Permanent(ref r) if r.contains("event_type")),
+            "{invalid:?}"
+        );
+        let duplicate = HandlerError::from(AppendError::DuplicateVersion {
+            aggregate_id: "v-1".into(),
+            version: 2,
+            first: uuid::Uuid::nil(),
+            second: uuid::Uuid::max(),
+        });
+        assert!(
+            matches!(duplicate, HandlerError::Permanent(_)),
+            "{duplicate:?}"
+        );
+        let pool = HandlerError::from(AppendError::Db(DbError::Pool {
+            context: "append".into(),
+            error: bb8::RunError::TimedOut,
+        }));
+        assert!(matches!(pool, HandlerError::Unavailable(_)), "{pool:?}");
+        assert!(pool.is_transient());
+    }
 
     #[test]
     fn builds_a_guarded_upsert() {
