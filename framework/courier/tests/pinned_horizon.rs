@@ -5,7 +5,7 @@
 //! shard from its start, or a probe that walks a key's history, reads more pages with every
 //! event (the design before migration 0017, pinned only: 45 pages per event right after the
 //! pin, 196 after the 22,000 events; this one: 45 and 53 pinned only, 68 and 74 with both
-//! writers).
+//! writers; up to 63 and 101 once, with a concurrent test slowing the window down).
 
 use courier::outbox::{NewEvent, Outbox};
 use courier::relay::{Relay, RelayHandle, RelayOptions};
@@ -182,8 +182,12 @@ async fn the_relay_reads_no_more_pages_per_event_after_20k_events_under_a_pinned
         dead >= KEYS as i64 * FILLER_VERSIONS,
         "the pin kept the dead versions: {dead}"
     );
+    // Twice, not 1.5 times: the window also pays the relay's periodic looks (each shard's
+    // floor every second, the backlog gauges every tick), which weigh more when a concurrent
+    // test slows the window down (62.9 → 101.0 once under nextest's two at a time). The walks
+    // this test is for grow four to six times (the header's figures).
     assert!(
-        late <= early * 1.5 + 2.0,
+        late <= early * 2.0 + 2.0,
         "pages per event grew under the pin: {early:.1} → {late:.1}"
     );
     Ok(())
