@@ -142,6 +142,14 @@ struct Row {
     doc: String,
 }
 
+/// `field`'s default as the page shows it: from the type's `impl Default`, or what a derived
+/// one gives.
+fn default_shown(source: &str, ty: &str, field: &Field) -> String {
+    default_of(source, ty, &field.name)
+        .map(|e| shown(&e, &field.ty))
+        .unwrap_or_else(|| derived_default(&field.ty).to_owned())
+}
+
 fn rows_of(
     source: &str,
     section: &str,
@@ -155,12 +163,9 @@ fn rows_of(
         if field.doc.is_empty() {
             undocumented.push(key.clone());
         }
-        let default = default_of(source, ty, &field.name)
-            .map(|e| shown(&e, &field.ty))
-            .unwrap_or_else(|| derived_default(&field.ty).to_owned());
         into.push(Row {
             key,
-            default,
+            default: default_shown(source, ty, &field),
             doc: field.doc,
         });
     }
@@ -200,13 +205,9 @@ fn generate() -> (String, Vec<String>) {
             );
             for actor in actors {
                 for field in &policy {
-                    let key = format!("supervision.{}.{}", actor.name, field.name);
-                    let default = default_of(&supervision, "RestartPolicy", &field.name)
-                        .map(|e| shown(&e, &field.ty))
-                        .unwrap_or_else(|| derived_default(&field.ty).to_owned());
                     rows.push(Row {
-                        key,
-                        default,
+                        key: format!("supervision.{}.{}", actor.name, field.name),
+                        default: default_shown(&supervision, "RestartPolicy", field),
                         doc: format!("{} {}", actor.doc, field.doc),
                     });
                 }
