@@ -5,7 +5,7 @@
 use crate::output::print_json;
 use anyhow::Context as _;
 use clap::Args;
-use courier::inbound::dead_letter::{read_kept, revived, KeptDeadLetter};
+use courier::operations::{read_kept, revived, KeptDeadLetter};
 use courier::pubsub::PubSub;
 use courier::CourierConfig;
 use std::time::Duration;
@@ -77,7 +77,7 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
     if republish {
         // The consuming service's schema logs its dead letters (dlq_message_count): close
         // the republished ones there. Without that schema the republish still stands.
-        let log = courier::inbound::dead_letter_log::DeadLetterLog::new(&config.database.schema);
+        let log = courier::operations::DeadLetterLog::new(&config.database.schema);
         let pool = courier::db::pool(&config.database, "courier-cli")?;
         // Drawn only on a terminal (stderr), so scripts and --json output stay clean.
         let progress = indicatif::ProgressBar::new(read.len() as u64).with_message("republishing");

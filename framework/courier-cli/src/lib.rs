@@ -10,9 +10,9 @@
 //! - `offsets show | reset`, `replay`: consumer positions, audited resets, Seek.
 //! - `status`: one service's pipeline on one screen.
 //! - `dlq peek | republish`: a subscription's dead letters, and sending them back.
-//! - `demo` shows the write side end to end: append events, watch them arrive in order.
+//! - `verify` checks a deployment's write side end to end: append events, watch them arrive
+//!   in order on a subscription of its own.
 
-mod demo;
 mod dlq;
 mod offsets;
 mod outbox;
@@ -22,6 +22,7 @@ mod provision;
 mod relay;
 pub mod service;
 mod status;
+mod verify;
 
 use clap::{Parser, Subcommand};
 use courier::CourierConfig;
@@ -33,7 +34,7 @@ use std::path::PathBuf;
 #[command(
     name = "courier",
     version,
-    about = "Transactional outbox → Pub/Sub → projections: migrate, provision, relay, demo"
+    about = "Transactional outbox → Pub/Sub → projections: migrate, provision, relay, verify"
 )]
 pub struct Cli {
     /// Deployment config (TOML); COURIER_<SECTION>__<KEY> variables and PUBSUB_EMULATOR_HOST
@@ -45,7 +46,7 @@ pub struct Cli {
         global = true
     )]
     pub config: PathBuf,
-    /// Log as JSON lines instead of text (level from RUST_LOG; default info, warn for demo).
+    /// Log as JSON lines instead of text (level from RUST_LOG; default info, warn for verify).
     #[arg(long, global = true)]
     pub log_json: bool,
     #[command(subcommand)]
@@ -87,9 +88,12 @@ pub enum Command {
     Parked(parked::ParkedCommand),
     /// One screen per service: backlog, publish rate, relays, dead letters, consumer lag.
     Status(status::StatusArgs),
-    /// Append events through the outbox and watch them arrive on a subscription, in order.
-    #[command(after_help = "Example:\n  courier demo --events 2000 --keys 100")]
-    Demo(demo::DemoArgs),
+    /// Check the write side end to end: append events through the outbox, watch them arrive
+    /// on a subscription of its own, every one and each key in order.
+    #[command(
+        after_help = "Example (after a deploy, against its config):\n  courier --config /etc/courier/courier.toml verify --events 2000 --keys 100"
+    )]
+    Verify(verify::VerifyArgs),
 }
 
 /// Runs one parsed command line.
@@ -110,7 +114,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Relay(args) => relay::run(config, args).await,
         Command::Provision(args) => provision::run(config, args).await,
-        Command::Demo(args) => demo::run(config, args).await,
+        Command::Verify(args) => verify::run(config, args).await,
         Command::Outbox(command) => outbox::run(config, command).await,
         Command::Offsets(command) => offsets::run(config, command).await,
         Command::Replay(args) => offsets::replay(config, args).await,
@@ -148,11 +152,11 @@ fn describe(config: &CourierConfig, report: &courier::migrate::MigrationReport) 
 }
 
 impl Cli {
-    /// The log level when `RUST_LOG` is unset: the demo's own output tells the story, the
+    /// The log level when `RUST_LOG` is unset: verify's own output tells the story, the
     /// relay's info logs would bury it.
     pub fn default_log_level(&self) -> &'static str {
         match self.command {
-            Command::Demo(_) => "warn",
+            Command::Verify(_) => "warn",
             _ => "info",
         }
     }

@@ -4,7 +4,7 @@
 use crate::output::print_json;
 use crate::service::audit_actor;
 use clap::{Args, Subcommand};
-use courier::outbox::operator::{Audit, DeadSelection, OutboxOperator};
+use courier::operations::{Audit, DeadSelection, OutboxOperator};
 use courier::CourierConfig;
 use uuid::Uuid;
 
@@ -142,7 +142,7 @@ pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Resul
                         DeadSelection::All => true,
                         DeadSelection::Ids(ids) => ids.contains(&r.event_id),
                     })
-                    .map(|r| courier::outbox::operator::ActedOn {
+                    .map(|r| courier::operations::ActedOn {
                         event_id: r.event_id,
                         aggregate_id: r.aggregate_id,
                         version: r.version,

@@ -5,7 +5,7 @@
 use crate::output::print_json;
 use crate::service::audit_actor;
 use clap::{Args, Subcommand};
-use courier::inbound::parked::{KeyVersions, Release};
+use courier::operations::{KeyVersions, Release};
 use courier::pubsub::PubSub;
 use courier::CourierConfig;
 

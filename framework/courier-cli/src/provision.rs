@@ -3,7 +3,7 @@
 //! deadline, dead-lettering after 5 attempts, 10–600 s retry backoff, acked messages retained
 //! for replay), the `<topic>.dlq` topic, and `<subscription>.dlq` keeping its dead letters.
 
-use courier::outbox::event::check_topic_id;
+use courier::outbox::check_topic_id;
 use courier::pubsub::{PubSub, SubscriptionSpec};
 use courier::CourierConfig;
 

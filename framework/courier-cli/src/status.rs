@@ -5,8 +5,8 @@
 use crate::output::print_json;
 use chrono::Utc;
 use courier::db::render;
-use courier::horizon::{Horizon, HorizonQuery};
 use courier::inbound::OffsetStore;
+use courier::operations::{Horizon, HorizonQuery};
 use courier::CourierConfig;
 use serde::Serialize;
 
@@ -41,9 +41,9 @@ struct Status {
     horizon: HorizonStatus,
     consumers: Vec<ConsumerStatus>,
     /// Dead letters not republished yet, per consumer group.
-    dead_letters: Vec<courier::inbound::dead_letter_log::OpenDeadLetters>,
+    dead_letters: Vec<courier::operations::OpenDeadLetters>,
     /// Keys of delta projections parked behind a missing version.
-    parked_keys: Vec<courier::inbound::parked::ParkedKey>,
+    parked_keys: Vec<courier::operations::ParkedKey>,
 }
 
 /// One live relay at its last heartbeat.
@@ -287,10 +287,10 @@ async fn status_of(config: &CourierConfig, horizon_warn_secs: u64) -> anyhow::Re
         relays,
         horizon,
         consumers,
-        dead_letters: courier::inbound::dead_letter_log::DeadLetterLog::new(schema)
+        dead_letters: courier::operations::DeadLetterLog::new(schema)
             .open(&pool)
             .await?,
-        parked_keys: courier::inbound::parked::KeyVersions::new(schema)
+        parked_keys: courier::operations::KeyVersions::new(schema)
             .list(&pool)
             .await?,
     };
@@ -350,7 +350,7 @@ fn print(status: &Status) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use courier::horizon::{OutboxTuples, PreparedHolder, SessionHolder, SlotHolder};
+    use courier::operations::{OutboxTuples, PreparedHolder, SessionHolder, SlotHolder};
 
     fn report() -> Horizon {
         Horizon {

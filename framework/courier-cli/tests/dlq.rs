@@ -4,7 +4,7 @@
 
 mod support;
 
-use courier::inbound::dead_letter::DeadLetters;
+use courier::operations::DeadLetters;
 use courier_testkit::{wait_until, Collector, TestPubSub};
 use google_cloud_pubsub::model::Message;
 use serde_json::Value;

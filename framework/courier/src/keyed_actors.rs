@@ -97,21 +97,12 @@ where
         self.map.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     pub fn contains<Q>(&self, key: &Q) -> bool
     where
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         self.map.contains_key(key)
-    }
-
-    /// The live actor of `key`, if any.
-    pub fn get(&self, key: &K) -> Option<Addr<A>> {
-        self.map.get(key).map(|live| live.addr.clone())
     }
 
     /// Hands `message` to `key`'s actor now (so calls made in some order reach the actor in

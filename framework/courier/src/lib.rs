@@ -22,53 +22,62 @@
 //! - **Configure**: [`CourierConfig`], one TOML file per deployment with `COURIER_*`
 //!   overrides (docs/configuration.md).
 //!
-//! The modules below are the machinery (relay, consumer, stores); a service needs them only
-//! to run a relay or consumer outside a [`Service`] ([`Relay`], [`inbound::Consumer`]).
+//! A program that runs a relay or a consumer without a [`Service`] starts a [`Relay`] or an
+//! [`inbound::Consumer`]. Operators' tools (the `courier` command line, the load harness)
+//! reach what they inspect through [`operations`]. Everything else is machinery, private to
+//! the crate.
 //!
 //! # Layout
+//! Public:
 //! - [`outbox`]: the write API (`Outbox::append` in the caller's transaction).
-//! - [`relay`]: the relay's actors: NotifyListener → ShardOwner → Claimer per shard →
-//!   Publisher per ordering key.
-//! - [`inbound`]: the read side: Receiver (StreamingPull) → ProjectorRouter → Projector per
-//!   aggregate; inbox, offsets, dead letters, and the `Projection` trait services implement.
-//! - [`keyed_actors`]: the registry of per-key actors (key publishers, projectors) created on
-//!   demand and passivated when idle; [`fast_hash`]: the hasher of the per-key and per-row maps.
-//! - [`supervision`]: restart policies (budget within a window, backoff, escalation).
-//! - [`migrate`]: versioned SQL migrations from `migrations/`.
-//! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections (TLS per libpq's `sslmode`,
-//!   [`conninfo`] reads it from connection strings); Pub/Sub clients that honour the emulator,
-//!   and idempotent provisioning.
+//! - [`inbound`]: the read side's API: the `Projection` trait services implement, the
+//!   versioned upsert, and `Consumer` for running one outside a service.
+//! - [`relay`]: `Relay::spawn` and its options.
 //! - [`service`]: what a service declares (schema, topics, subscriptions, routes), the runtime
 //!   that runs it (relay, consumers, HTTP with health/readiness/metrics); its command line is
 //!   in the `courier-cli` crate, so this crate carries no command-line dependencies.
-//! - [`backfill`]: the operator's full-snapshot pass over a service's aggregates, through the
-//!   outbox, in batches, resumable (`backfill_runs`).
-//! - [`retention`]: the Janitor that deletes published outbox and processed inbox rows.
-//! - [`horizon`]: what holds PostgreSQL's xmin horizon back (long transactions, replication
-//!   slots, prepared transactions) and the outbox's dead row versions meanwhile.
-//! - [`system_thread`]: a relay or consumer on its own thread and actix System.
-//! - [`telemetry`]: logging set-up for the binaries.
 //! - [`config`]: the deployment config with `COURIER_*` overrides.
-//! - [`backoff`]: exponential backoff with full jitter; [`metrics`]: metric names and exporter.
+//! - [`migrate`]: versioned SQL migrations from `migrations/`.
+//! - [`db`], [`pubsub`]: PostgreSQL pool and dedicated connections (TLS per libpq's
+//!   `sslmode`); Pub/Sub clients that honour the emulator, and idempotent provisioning.
+//! - [`backfill`]: the full-snapshot pass over a service's aggregates, through the outbox, in
+//!   batches, resumable (`backfill_runs`).
+//! - [`supervision`]: restart policies (budget within a window, backoff, escalation).
+//! - [`telemetry`]: logging and trace export for the binaries; [`metrics`]: metric names and
+//!   the exporter.
+//! - [`operations`]: what operators' tools use.
+//!
+//! Private machinery:
+//! - `relay/`: NotifyListener → ShardOwner → Claimer per shard → Publisher per ordering key;
+//!   `inbound/`: Receiver (StreamingPull) → ProjectorRouter → Projector per aggregate →
+//!   Committer; inbox, offsets, dead letters, parked keys.
+//! - `keyed_actors`: the registry of per-key actors (key publishers, projectors) created on
+//!   demand and passivated when idle; `fast_hash`: the hasher of the per-key and per-row maps.
+//! - `retention`: the Janitor that deletes published outbox and processed inbox rows.
+//! - `horizon`: what holds PostgreSQL's xmin horizon back (long transactions, replication
+//!   slots, prepared transactions) and the outbox's dead row versions meanwhile.
+//! - `system_thread`: a relay or consumer on its own thread and actix System; `backoff`:
+//!   exponential backoff with full jitter; `conninfo`: reading libpq connection strings.
 
 pub mod backfill;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod config;
-pub mod conninfo;
+pub(crate) mod conninfo;
 pub mod db;
-pub mod fast_hash;
-pub mod horizon;
+pub(crate) mod fast_hash;
+pub(crate) mod horizon;
 pub mod inbound;
-pub mod keyed_actors;
+pub(crate) mod keyed_actors;
 pub mod metrics;
 pub mod migrate;
+pub mod operations;
 pub mod outbox;
 pub mod pubsub;
 pub mod relay;
-pub mod retention;
+pub(crate) mod retention;
 pub mod service;
 pub mod supervision;
-pub mod system_thread;
+pub(crate) mod system_thread;
 pub mod telemetry;
 
 pub use config::CourierConfig;

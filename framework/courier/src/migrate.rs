@@ -6,7 +6,7 @@
 //! database would no longer match the code.
 
 use crate::db::{DbError, PgPool};
-use crate::outbox::shard::stable_hash;
+use crate::outbox::stable_hash;
 
 /// One migration, named like its file: `NNNN_verb_noun.sql`.
 #[derive(Debug, Clone, Copy)]

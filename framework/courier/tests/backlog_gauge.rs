@@ -3,9 +3,9 @@
 //! horizon a sample reads no more pages after 20,000 rows were published than before (P9; a
 //! count of every unpublished-looking entry walks each published row's dead version).
 
+use courier::operations::BacklogGauge;
+use courier::operations::{Backlog, OutboxStore};
 use courier::outbox::Outbox;
-use courier::relay::backlog::BacklogGauge;
-use courier::relay::store::{Backlog, OutboxStore};
 use courier::CourierConfig;
 use courier_testkit::keyed_event;
 use courier_testkit::TestDb;

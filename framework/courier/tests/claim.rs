@@ -2,8 +2,8 @@
 //! emulator): which rows a claim may take while other rows of their key are parked or held by
 //! another owner's live claim.
 
+use courier::operations::{ClaimedRow, FailedRow, OutboxStore};
 use courier::outbox::{NewEvent, Outbox};
-use courier::relay::store::{ClaimedRow, FailedRow, OutboxStore};
 use courier::CourierConfig;
 use courier_testkit::{wait_until, TestDb};
 use std::sync::Mutex;
@@ -388,7 +388,7 @@ async fn explain_claim(
     owner: Uuid,
     from_seq: i64,
 ) -> anyhow::Result<serde_json::Value> {
-    let claim = courier::relay::store::claim_statement("courier");
+    let claim = courier::operations::claim_statement("courier");
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
     tx.batch_execute(&format!(

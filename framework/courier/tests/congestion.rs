@@ -322,7 +322,7 @@ async fn with_a_key_per_row_the_limit_holds_about_what_the_connection_carries() 
             .collect();
         commit(&s, events).await?;
     }
-    let carries = courier::relay::topic_clients::REQUESTS_THE_CONNECTION_CARRIES;
+    let carries = courier::operations::REQUESTS_THE_CONNECTION_CARRIES;
     let relay = spawn_relay(&s.config)?;
     let (mut most_limit, mut most_keys_out) = (0, 0);
     wait_until(Duration::from_secs(120), "every row published", || {

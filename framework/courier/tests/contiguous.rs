@@ -5,8 +5,8 @@
 
 mod support;
 
-use courier::inbound::parked::{KeyVersions, Release};
 use courier::inbound::ConsumerOptions;
+use courier::operations::{KeyVersions, Release};
 use courier::pubsub::PubSub;
 use courier_testkit::wait_until;
 use std::time::Duration;
@@ -208,7 +208,7 @@ async fn a_dead_lettered_middle_version_parks_its_key_and_a_skip_releases_it() -
                 &release("poisoned", None)
             )
             .await,
-        Err(courier::inbound::parked::ReleaseError::NotParked { .. })
+        Err(courier::operations::ReleaseError::NotParked { .. })
     ));
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! its pid until it commits, the outbox's dead row versions are counted, and the relay sets
 //! the gauges with its backlog gauges.
 
-use courier::horizon::{Horizon, HorizonQuery};
+use courier::operations::{Horizon, HorizonQuery};
 use courier::outbox::{NewEvent, Outbox};
 use courier::CourierConfig;
 use courier_testkit::{test_config, wait_until, TestDb, TestPubSub};

@@ -6,7 +6,7 @@
 //! the read follows to its end, and once its page fills, index entries too).
 
 use chrono::Utc;
-use courier::inbound::parked::KeyVersions;
+use courier::operations::KeyVersions;
 use courier_testkit::{generic_plan, wait_until, TestDb};
 use std::time::Duration;
 

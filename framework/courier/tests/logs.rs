@@ -105,7 +105,7 @@ async fn log_lines_about_an_event_name_it_and_carry_no_payload_or_password() -> 
     let topic = s.pubsub.topic("logs").await?;
     let failed_once = Arc::new(AtomicBool::new(false));
     let flag = failed_once.clone();
-    let fault: courier::relay::publisher::PublishFault = Arc::new(move |_| {
+    let fault: courier::relay::PublishFault = Arc::new(move |_| {
         (!flag.swap(true, Ordering::SeqCst)).then(|| "injected failure".to_string())
     });
     let relay = Relay::spawn(

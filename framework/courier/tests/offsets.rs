@@ -4,8 +4,8 @@
 //! the log looked like when it was planned.
 
 use chrono::{DateTime, Duration as TimeDelta, SubsecRound as _, Utc};
-use courier::inbound::offsets::Position;
 use courier::inbound::OffsetStore;
+use courier::operations::Position;
 use courier_testkit::{generic_plan, TestDb};
 use std::time::Duration;
 

@@ -4,9 +4,9 @@
 
 mod support;
 
-use courier::inbound::consumer::BeforeAck;
-use courier::inbound::dead_letter;
+use courier::inbound::BeforeAck;
 use courier::inbound::{ConsumerOptions, OffsetStore};
+use courier::operations::dead_letter_attributes as dead_letter;
 use courier_testkit::wait_until;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -5,8 +5,8 @@
 
 use chrono::{DateTime, Utc};
 use courier::config::RetentionConfig;
+use courier::operations::{sweep, sweep_from, Positions, RetentionQueries};
 use courier::outbox::{NewEvent, Outbox};
-use courier::retention::{sweep, sweep_from, Positions, RetentionQueries};
 use courier_testkit::{test_config, wait_until, TestDb, TestPubSub};
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,7 +144,8 @@ async fn the_supervised_janitor_sweeps_on_its_own() -> anyhow::Result<()> {
     history(&db, &config).await?;
     let escalate: courier::supervision::EscalationHandler =
         Arc::new(|e| panic!("unexpected escalation: {e:?}"));
-    let janitor = courier::retention::start(&config, escalate)?.expect("enabled by default");
+    let janitor =
+        courier::operations::start_janitor(&config, escalate)?.expect("enabled by default");
     wait_until(Duration::from_secs(30), "expired rows gone", || async {
         scalar(&db, "SELECT count(*) FROM courier.inbox").await == 4
             && scalar(&db, "SELECT count(*) FROM courier.outbox").await == 10

@@ -3,7 +3,7 @@
 //! CA made for the test), as Supabase or Cloud SQL with SSL enforced do.
 
 use courier::config::DatabaseConfig;
-use courier::conninfo::SslMode;
+use courier::config::SslMode;
 use courier::migrate::{migrate, COURIER};
 use courier::outbox::Outbox;
 use courier_testkit::{

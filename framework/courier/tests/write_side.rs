@@ -73,7 +73,7 @@ fn options() -> RelayOptions {
 }
 
 /// [`options`] with `fault` injected into publishes.
-fn with_fault(fault: courier::relay::publisher::PublishFault) -> RelayOptions {
+fn with_fault(fault: courier::relay::PublishFault) -> RelayOptions {
     RelayOptions {
         publish_fault: Some(fault),
         ..options()
@@ -142,10 +142,10 @@ fn failing(
     version: i64,
     times: u32,
     error: &'static str,
-) -> (courier::relay::publisher::PublishFault, Arc<AtomicU32>) {
+) -> (courier::relay::PublishFault, Arc<AtomicU32>) {
     let attempts = Arc::new(AtomicU32::new(0));
     let seen = attempts.clone();
-    let fault: courier::relay::publisher::PublishFault = Arc::new(move |row| {
+    let fault: courier::relay::PublishFault = Arc::new(move |row| {
         (row.aggregate_id == key
             && row.version == version
             && seen.fetch_add(1, Ordering::SeqCst) < times)
@@ -513,7 +513,7 @@ async fn a_row_claimed_behind_an_acknowledged_unmarked_lone_row_goes_out_at_once
     let (open_marks, marks_open) = tokio::sync::watch::channel(false);
     let marks_waiting = Arc::new(AtomicU32::new(0));
     let waiting = marks_waiting.clone();
-    let before_mark: courier::relay::claimer::BeforeMark = Arc::new(move |_| {
+    let before_mark: courier::relay::BeforeMark = Arc::new(move |_| {
         waiting.fetch_add(1, Ordering::SeqCst);
         let mut open = marks_open.clone();
         Box::pin(async move {
@@ -607,7 +607,7 @@ async fn a_relay_killed_between_publish_and_mark_republishes_on_restart() -> any
     let s = setup(|_| {}).await?;
     let stalled = Arc::new(AtomicU32::new(0));
     let flag = stalled.clone();
-    let before_mark: courier::relay::claimer::BeforeMark = Arc::new(move |_| {
+    let before_mark: courier::relay::BeforeMark = Arc::new(move |_| {
         flag.fetch_add(1, Ordering::SeqCst);
         Box::pin(std::future::pending())
     });
@@ -797,7 +797,7 @@ async fn only_appends_with_wakeups_notify_an_idle_shard() -> anyhow::Result<()> 
     let db = TestDb::new().await?;
     let pubsub = TestPubSub::get().await?;
     let config = test_config(&db, &pubsub);
-    let store = courier::relay::store::OutboxStore::new(db.pool.clone(), &db.config.schema);
+    let store = courier::operations::OutboxStore::new(db.pool.clone(), &db.config.schema);
     for shard in 0..config.relay.shard_count {
         store.set_shard_idle(shard, true, None).await?;
     }
@@ -820,12 +820,12 @@ async fn only_appends_with_wakeups_notify_an_idle_shard() -> anyhow::Result<()> 
     listener
         .batch_execute(&format!(
             "LISTEN \"{}\"",
-            courier::outbox::append::wake_channel("courier")
+            courier::outbox::wake_channel("courier")
         ))
         .await?;
 
     // On different shards, so a wake-up from the quiet append could not pass for the loud one's.
-    let shard_of = |key: &str| courier::outbox::shard::shard_of(key, config.relay.shard_count);
+    let shard_of = |key: &str| courier::outbox::shard_of(key, config.relay.shard_count);
     assert_ne!(shard_of("quiet"), shard_of("loud"));
     let quiet = Outbox::new(&config).without_wakeups();
     let mut conn = db.pool.get().await?;
@@ -858,7 +858,7 @@ async fn only_appends_with_wakeups_notify_an_idle_shard() -> anyhow::Result<()> 
 async fn rows_die_after_max_attempts_or_a_permanent_error_and_other_keys_flow() -> anyhow::Result<()>
 {
     let s = setup(|c| c.relay.publish_max_attempts = 3).await?;
-    let fault: courier::relay::publisher::PublishFault = Arc::new(|row| {
+    let fault: courier::relay::PublishFault = Arc::new(|row| {
         (row.aggregate_id == "doomed").then(|| "injected: always failing".to_string())
     });
     let dead_before = counter("outbox_dead_total", None);
@@ -1177,7 +1177,7 @@ async fn migrations_apply_once_even_when_run_twice_at_the_same_time() -> anyhow:
 #[tokio::test]
 async fn a_dead_row_retried_by_an_operator_under_a_running_relay_goes_out_with_the_version_behind_it(
 ) -> anyhow::Result<()> {
-    use courier::outbox::operator::{Audit, DeadSelection, OutboxOperator};
+    use courier::operations::{Audit, DeadSelection, OutboxOperator};
     let s = setup(|_| {}).await?;
     let _relay = spawn(&s.config, options())?;
     {

@@ -170,8 +170,7 @@ async fn measure(
                 tx.execute(&business, &[&key, &"a title"]).await?;
                 match variant {
                     Variant::PlainInsert => {
-                        let shard =
-                            i32::try_from(courier::outbox::shard::shard_of(&key, shard_count))?;
+                        let shard = i32::try_from(courier::outbox::shard_of(&key, shard_count))?;
                         let attributes = serde_json::json!(event.optional_attributes());
                         tx.execute(
                             &plain,

@@ -12,7 +12,7 @@ use crate::harness::fixtures::{events, fill};
 use crate::report::measures::{Rate, Ratio};
 use crate::report::Report;
 use anyhow::Context as _;
-use courier::relay::store::OutboxStore;
+use courier::operations::OutboxStore;
 use courier::CourierConfig;
 use courier_testkit::TestDb;
 use std::time::{Duration, Instant};
@@ -224,7 +224,7 @@ async fn drain(
 /// Shared buffers (hit + read) one claim of `batch` rows in shard 0 touches, from
 /// `EXPLAIN (ANALYZE, BUFFERS)` of the relay's claim statement, rolled back.
 async fn claim_buffers(conn: &tokio_postgres::Client, batch: u32) -> anyhow::Result<i64> {
-    let claim = courier::relay::store::claim_statement("courier");
+    let claim = courier::operations::claim_statement("courier");
     conn.batch_execute("BEGIN").await?;
     let explained = conn
         .query_one(

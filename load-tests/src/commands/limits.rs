@@ -190,7 +190,7 @@ pub async fn publish_messages(
 ) -> anyhow::Result<Rate> {
     let publisher = pubsub
         .client()
-        .publisher(topic, courier::relay::publisher::CLIENT_BATCH_DELAY)
+        .publisher(topic, courier::operations::CLIENT_BATCH_DELAY)
         .await?;
     let started = Instant::now();
     publish_bounded(&publisher, keyed_messages(count, keys), count, 10_000, what).await?;
@@ -367,7 +367,7 @@ pub async fn raw_latency(
         }
     });
     let publisher = client
-        .publisher(&topic, courier::relay::publisher::CLIENT_BATCH_DELAY)
+        .publisher(&topic, courier::operations::CLIENT_BATCH_DELAY)
         .await?;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let bar = progress(total, &format!("latency probe at {rate}/s"));

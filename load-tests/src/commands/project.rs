@@ -325,7 +325,7 @@ async fn publish_backlog(
 ) -> anyhow::Result<()> {
     let publisher = pubsub
         .client()
-        .publisher(topic, courier::relay::publisher::CLIENT_BATCH_DELAY)
+        .publisher(topic, courier::operations::CLIENT_BATCH_DELAY)
         .await?;
     let messages = (0..count).map(|i| {
         let key = format!("video-{:06}", i % keys);

@@ -75,7 +75,7 @@ impl Canary {
         pubsub.provision(&spec).await?;
         let subscriber = pubsub.subscriber().await?;
         let publisher = pubsub
-            .publisher(name, courier::relay::publisher::CLIENT_BATCH_DELAY)
+            .publisher(name, courier::operations::CLIENT_BATCH_DELAY)
             .await?;
         let origin = Instant::now();
         let arrivals = Arc::new(Mutex::new(Vec::new()));

@@ -2,8 +2,8 @@
 
 use crate::harness::middle::Milestones;
 use anyhow::Context as _;
+use courier::operations::OutboxStore;
 use courier::outbox::{NewEvent, Outbox};
-use courier::relay::store::OutboxStore;
 use courier::CourierConfig;
 use courier_testkit::TestDb;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -174,7 +174,7 @@ where
     let topic = pubsub.topic("warm-up").await?;
     let publisher = pubsub
         .client()
-        .publisher(&topic, courier::relay::publisher::CLIENT_BATCH_DELAY)
+        .publisher(&topic, courier::operations::CLIENT_BATCH_DELAY)
         .await?;
     for round in 1..=max_rounds {
         let started = Instant::now();

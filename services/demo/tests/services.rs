@@ -4,7 +4,7 @@
 
 mod support;
 
-use courier::relay::claimer::BeforeMark;
+use courier::relay::BeforeMark;
 use courier::service::RunningService;
 use courier_demo::client::Api;
 use courier_testkit::wait_until;

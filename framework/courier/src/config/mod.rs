@@ -16,6 +16,7 @@ mod retention;
 mod supervision;
 mod telemetry;
 
+pub use crate::conninfo::SslMode;
 pub use consumer::{ConsumerConfig, StartFrom};
 pub use database::{redact_url, DatabaseConfig};
 pub use error::{is_identifier, ConfigError};

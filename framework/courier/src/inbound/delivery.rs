@@ -108,11 +108,24 @@ fn required<'a>(
     }
 }
 
-/// A message's share of its stream's flow control.
+/// A message's share of its stream's flow control: held, never read; dropping it frees the
+/// stream's slots.
 #[derive(Debug)]
 pub struct FlowPermit {
-    pub message: tokio::sync::OwnedSemaphorePermit,
-    pub bytes: tokio::sync::OwnedSemaphorePermit,
+    _message: tokio::sync::OwnedSemaphorePermit,
+    _bytes: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl FlowPermit {
+    pub fn new(
+        message: tokio::sync::OwnedSemaphorePermit,
+        bytes: tokio::sync::OwnedSemaphorePermit,
+    ) -> Self {
+        Self {
+            _message: message,
+            _bytes: bytes,
+        }
+    }
 }
 
 /// One received event on its way to its projector.
@@ -130,7 +143,7 @@ pub struct Delivery<E> {
     pub span: tracing::Span,
     /// The stream's flow-control slots (one message, its bytes), freed when the delivery is
     /// settled and dropped.
-    pub flow_permit: FlowPermit,
+    pub _flow_permit: FlowPermit,
 }
 
 /// The span of a message's processing by `consumer_group`: a child of the write's trace (its

@@ -8,7 +8,7 @@
 //! at a time.
 
 use crate::db::{render, DbError, PgPool, PgTransaction};
-use crate::outbox::shard::shard_of;
+use crate::outbox::shard_of;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -186,10 +186,7 @@ async fn run_stream<P: Projection>(
         let Ok(bytes_permit) = bytes.clone().acquire_many_owned(size).await else {
             return received;
         };
-        let flow_permit = FlowPermit {
-            message: message_permit,
-            bytes: bytes_permit,
-        };
+        let flow_permit = FlowPermit::new(message_permit, bytes_permit);
         let span = processing_span(&parts.spec.group, &message, handler.delivery_attempt());
         match decode(&parts.projection, &message, handler.delivery_attempt()) {
             Ok((meta, event)) => {
@@ -200,7 +197,7 @@ async fn run_stream<P: Projection>(
                     handler,
                     received_at: Instant::now(),
                     span,
-                    flow_permit,
+                    _flow_permit: flow_permit,
                 };
                 let waiting = Instant::now();
                 let sent = router.send(Deliver(delivery)).await;

@@ -1,17 +1,17 @@
 //! The write side a service calls: appending events in the caller's transaction. The relay
 //! that publishes them is [`crate::relay`].
 //!
-//! - [`append`]: `Outbox::append` / `append_all` inside the caller's transaction, and the
-//!   wake-up of an idle shard's claimer.
-//! - [`event`], [`attributes`]: what an event is and the attributes it is published with.
-//! - [`shard`]: which shard an aggregate's rows go to.
-//! - [`operator`]: the operator's commands on outbox rows (`courier outbox`).
+//! [`Outbox::append`] / `append_all` inside the caller's transaction (which also wakes an idle
+//! shard's claimer); [`NewEvent`] is what an event is, [`attributes`] the attributes it is
+//! published with, [`shard_of`] the shard an aggregate's rows go to. The operator's commands
+//! on outbox rows (`courier outbox`) are in [`crate::operations`].
 
-pub mod append;
+mod append;
 pub mod attributes;
-pub mod event;
-pub mod operator;
-pub mod shard;
+mod event;
+pub(crate) mod operator;
+mod shard;
 
-pub use append::{AppendError, AppendTransaction, Appended, Outbox};
-pub use event::{InvalidEvent, NewEvent};
+pub use append::{wake_channel, AppendError, AppendTransaction, Appended, Outbox};
+pub use event::{check_topic_id, InvalidEvent, NewEvent};
+pub use shard::{shard_of, stable_hash};

@@ -3,7 +3,7 @@
 //! skips are recorded in `outbox_operator_actions` and wake the shard's claimer.
 
 use crate::db::{render, DbError, PgPool, PooledClient};
-use crate::outbox::append::wake_channel;
+use crate::outbox::wake_channel;
 use crate::relay::notify_listener::RESCAN;
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -10,7 +10,7 @@
 use crate::config::{CourierConfig, RelayConfig};
 use crate::db::DbError;
 use crate::horizon::{HeldFlag, HorizonQuery};
-use crate::outbox::shard::stable_hash;
+use crate::outbox::stable_hash;
 use crate::relay::backlog::BacklogGauge;
 use crate::relay::claimer::{BeforeMark, Claimer, OutboxNotified, StopClaiming};
 use crate::relay::publisher::Publishers;

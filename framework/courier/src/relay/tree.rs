@@ -5,7 +5,7 @@
 
 use crate::config::CourierConfig;
 use crate::db::DbError;
-use crate::outbox::append::wake_channel;
+use crate::outbox::wake_channel;
 use crate::pubsub::PubSub;
 use crate::relay::claimer::BeforeMark;
 use crate::relay::notify_listener::NotifyListener;

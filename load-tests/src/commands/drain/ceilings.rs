@@ -6,12 +6,10 @@ use crate::harness::fixtures::{progress, publish_bounded_with};
 use crate::harness::middle::Milestones;
 use crate::report::measures::Rate;
 use anyhow::Context as _;
+use courier::operations::CLIENT_BATCH_DELAY;
+use courier::operations::{OutboxStore, PublishedRows};
+use courier::operations::{TopicClients, KEYS_PER_CLIENT, REQUESTS_THE_CONNECTION_CARRIES};
 use courier::outbox::NewEvent;
-use courier::relay::publisher::CLIENT_BATCH_DELAY;
-use courier::relay::store::{OutboxStore, PublishedRows};
-use courier::relay::topic_clients::{
-    TopicClients, KEYS_PER_CLIENT, REQUESTS_THE_CONNECTION_CARRIES,
-};
 use courier_testkit::{TestDb, TestPubSub};
 use google_cloud_pubsub::model::Message;
 use std::future::Future;

@@ -24,10 +24,7 @@ pub async fn strike(pipeline: &mut Pipeline, until: Instant) -> anyhow::Result<S
             pipeline
                 .rig
                 .pubsub()
-                .publisher(
-                    &pipeline.rig.topic,
-                    courier::relay::publisher::CLIENT_BATCH_DELAY,
-                )
+                .publisher(&pipeline.rig.topic, courier::operations::CLIENT_BATCH_DELAY)
                 .await?,
         )
     } else {

@@ -17,7 +17,7 @@ mod key_publisher;
 mod lone_row;
 pub mod message;
 
-pub use crate::relay::publisher_key::{KeyName, PublisherKey};
+pub use crate::relay::publisher_key::PublisherKey;
 pub use key_publisher::{KeyPublisher, PublishRows};
 pub use message::message_for;
 

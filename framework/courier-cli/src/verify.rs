@@ -1,9 +1,14 @@
-//! `courier demo`: the write side end to end on the configured stack.
+//! `courier verify`: a deployment's write side checked end to end, e.g. after a deploy or a
+//! database or Pub/Sub change (`scripts/demo` shows whole services; this needs only the
+//! config).
 //!
-//! Migrates, provisions a topic and a fresh ordered subscription, starts the relay, appends
-//! events for many aggregates through the outbox (several per transaction), and watches the
-//! subscription until every event arrived. It fails if one is missing or a key's versions
-//! arrive out of order; duplicates are allowed (at-least-once) and counted.
+//! Migrates the framework schema, provisions a topic and a fresh ordered subscription, starts
+//! a relay (the deployment's own relays may publish some of the rows instead: shards are
+//! leased, and any relay that owns one publishes its rows), appends events for many
+//! aggregates through the outbox (several per transaction), and watches the subscription
+//! until every event arrived. It fails if one is missing or a key's versions arrive out of
+//! order; duplicates are allowed (at-least-once) and counted. It deletes its subscription
+//! and keeps the topic, so it needs the right to create both.
 
 use anyhow::Context as _;
 use courier::outbox::{NewEvent, Outbox};
@@ -16,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 #[derive(clap::Args, Clone)]
-pub struct DemoArgs {
+pub struct VerifyArgs {
     /// Events to append in total.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     events: u32,
@@ -26,8 +31,8 @@ pub struct DemoArgs {
     /// Events per committed transaction.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     per_transaction: u32,
-    /// Topic the demo publishes to (created if missing).
-    #[arg(long, default_value = "demo.video.events")]
+    /// Topic the check publishes to (created if missing).
+    #[arg(long, default_value = "courier.verify.events")]
     topic: String,
     /// Give up waiting for arrivals after this long.
     #[arg(long, default_value_t = 120)]
@@ -42,8 +47,8 @@ struct Arrival {
     latency: Option<Duration>,
 }
 
-pub async fn run(config: CourierConfig, args: DemoArgs) -> anyhow::Result<()> {
-    courier::outbox::event::check_topic_id(&args.topic)
+pub async fn run(config: CourierConfig, args: VerifyArgs) -> anyhow::Result<()> {
+    courier::outbox::check_topic_id(&args.topic)
         .map_err(|reason| anyhow::anyhow!("--topic {:?}: {reason}", args.topic))?;
     println!(
         "{}",
@@ -52,7 +57,7 @@ pub async fn run(config: CourierConfig, args: DemoArgs) -> anyhow::Result<()> {
 
     let pubsub = PubSub::new(config.pubsub.clone());
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let subscription = format!("{}.demo-{run_id}", args.topic);
+    let subscription = format!("{}.verify-{run_id}", args.topic);
     provision(&pubsub, &args.topic, &subscription).await?;
     println!(
         "watching {subscription} (ordered) on project {}",
@@ -157,7 +162,7 @@ async fn provision(pubsub: &PubSub, topic: &str, subscription: &str) -> anyhow::
     Ok(())
 }
 
-/// Best effort: the demo's subscription is of no use after the run.
+/// Best effort: the check's subscription is of no use after the run.
 async fn delete_subscription(pubsub: &PubSub, subscription: &str) {
     let result = async {
         pubsub
@@ -173,7 +178,7 @@ async fn delete_subscription(pubsub: &PubSub, subscription: &str) {
     if let Err(e) = result {
         tracing::warn!(
             subscription,
-            "could not delete the demo subscription: {e:#}"
+            "could not delete the check's subscription: {e:#}"
         );
     }
 }
@@ -220,17 +225,17 @@ async fn watch(pubsub: &PubSub, subscription: &str) -> anyhow::Result<mpsc::Rece
 async fn append_events(
     config: CourierConfig,
     run_id: String,
-    args: DemoArgs,
+    args: VerifyArgs,
     bar: ProgressBar,
 ) -> anyhow::Result<u32> {
-    let DemoArgs {
+    let VerifyArgs {
         events,
         keys,
         per_transaction,
         topic,
         ..
     } = args;
-    let pool = courier::db::pool(&config.database, "courier-demo")?;
+    let pool = courier::db::pool(&config.database, "courier-verify")?;
     let outbox = Outbox::new(&config);
     let event = |i: u32| {
         let key = format!("video-{run_id}-{:05}", i % keys);
@@ -244,7 +249,7 @@ async fn append_events(
             version,
             payload.into_bytes(),
         )
-        .with_source_service("courier-demo")
+        .with_source_service("courier-verify")
     };
     let mut next = 0;
     while next < events {

@@ -1,4 +1,4 @@
-//! `courier demo` (the write side alone: append, relay, read back in order) against real
+//! `courier verify` (the write side alone: append, relay, read back in order) against real
 //! PostgreSQL and the emulator, with the shipped local config, exits 0 having seen every event
 //! in order.
 
@@ -6,18 +6,18 @@ use courier_testkit::{TestDb, TestPubSub};
 use std::process::Command;
 
 #[tokio::test]
-async fn the_demo_delivers_every_event_in_order_with_the_local_config() -> anyhow::Result<()> {
+async fn verify_delivers_every_event_in_order_with_the_local_config() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let pubsub = TestPubSub::get().await?;
     let config = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../deploy/local/courier.toml"
     );
-    let topic = courier_testkit::unique_name("demo.events");
+    let topic = courier_testkit::unique_name("verify.events");
     let output = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_courier"))
             .args([
-                "--config", config, "demo", "--events", "300", "--keys", "30", "--topic", &topic,
+                "--config", config, "verify", "--events", "300", "--keys", "30", "--topic", &topic,
             ])
             .env("COURIER_DATABASE__URL", &db.config.url)
             .env("COURIER_METRICS__LISTEN", "127.0.0.1:0")
@@ -27,7 +27,10 @@ async fn the_demo_delivers_every_event_in_order_with_the_local_config() -> anyho
     .await??;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "verify failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("300 arrived"), "{stdout}");
     assert!(
         stdout.contains("every event arrived, each key in version order"),
@@ -39,7 +42,7 @@ async fn the_demo_delivers_every_event_in_order_with_the_local_config() -> anyho
 #[test]
 fn a_bad_flag_is_named_in_the_error() {
     let output = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args(["demo", "--events", "0"])
+        .args(["verify", "--events", "0"])
         .output()
         .expect("run courier");
     assert!(!output.status.success());
