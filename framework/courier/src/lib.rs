@@ -86,4 +86,6 @@ pub use inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpse
 pub use migrate::{Migration, MigrationSet};
 pub use outbox::{AppendError, NewEvent, Outbox};
 pub use relay::{Relay, RelayOptions};
-pub use service::{ApiError, Inbound, Service, ServiceContext, VersionToken, WriteAccess};
+pub use service::{
+    ApiError, Deployment, Inbound, Service, ServiceContext, VersionToken, WriteAccess,
+};

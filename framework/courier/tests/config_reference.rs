@@ -285,3 +285,32 @@ fn the_local_deployment_sets_only_keys_of_the_reference() {
         }
     }
 }
+
+/// The guide's smallest service config loads, names no more than a service's own keys, and
+/// leaves every other key at its default.
+#[test]
+fn the_guides_smallest_config_loads_and_keeps_every_other_default() {
+    let guide = std::fs::read_to_string(crate_dir().join("../../docs/writing-a-service.md"))
+        .expect("docs/writing-a-service.md");
+    let after = guide
+        .split_once("## Its config")
+        .expect("a section \"## Its config\"")
+        .1;
+    let block = after
+        .split_once("```toml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a toml block in \"## Its config\"")
+        .0;
+    let keys = block
+        .lines()
+        .filter(|l| l.contains('=') && !l.trim_start().starts_with('#'))
+        .count();
+    assert!(keys <= 8, "the smallest config sets {keys} keys");
+    let config = courier::CourierConfig::from_toml_and_env(block, std::iter::empty())
+        .unwrap_or_else(|e| panic!("the guide's smallest config does not load: {e}"));
+    let default = courier::CourierConfig::default();
+    assert_eq!(config.database.schema, "search");
+    assert_eq!(config.relay.shard_count, default.relay.shard_count);
+    assert_eq!(config.consumer.streams, default.consumer.streams);
+    assert_eq!(config.retention.outbox_hours, default.retention.outbox_hours);
+}

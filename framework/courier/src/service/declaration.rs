@@ -6,6 +6,7 @@ use crate::backfill::BackfillSource;
 use crate::inbound::Projection;
 use crate::inbound::{Consumer, ConsumerError, ConsumerHandle, ConsumerOptions, ConsumerSpec};
 use crate::migrate::MigrationSet;
+use crate::outbox::Outbox;
 use crate::pubsub::SubscriptionSpec;
 use crate::CourierConfig;
 use std::sync::Arc;
@@ -76,14 +77,44 @@ pub struct Inbound {
     start: Arc<StartConsumer>,
 }
 
+/// The deployment a projection built by [`Inbound::build`] runs in: what the service's
+/// command line loaded (file, then `COURIER_*` overrides), when the consumer starts.
+pub struct Deployment<'a> {
+    pub config: &'a CourierConfig,
+}
+
+impl Deployment<'_> {
+    /// The service's outbox, as its HTTP handlers have it (the deployment's schema and
+    /// `relay.shard_count`). A projection that appends with the transaction `apply` is given
+    /// emits iff its writes commit; a redelivered event is stopped by the inbox before
+    /// `apply`, so it emits nothing twice.
+    pub fn outbox(&self) -> Outbox {
+        Outbox::new(self.config)
+    }
+}
+
 impl Inbound {
-    /// Panics when a table name is not a plain identifier: the names are the service's own
-    /// constants, spliced into `rebuild`'s SQL, so a bad one is a bug to stop at start-up.
+    /// A projection that needs nothing of the deployment. Panics when a table name is not a
+    /// plain identifier: the names are the service's own constants, spliced into `rebuild`'s
+    /// SQL, so a bad one is a bug to stop at start-up.
     pub fn new<P: Projection + Clone>(
         topic: &'static str,
         role: &'static str,
         tables: &'static [&'static str],
         projection: P,
+    ) -> Self {
+        Self::build(topic, role, tables, move |_| projection.clone())
+    }
+
+    /// A projection built from the deployment each time its consumer starts: one that emits
+    /// takes [`Deployment::outbox`]; one that needs a setting reads [`Deployment::config`].
+    /// A service's declaration is made before its config is loaded, so this is where a
+    /// projection sees it. Panics as [`Inbound::new`] does.
+    pub fn build<P: Projection>(
+        topic: &'static str,
+        role: &'static str,
+        tables: &'static [&'static str],
+        build: impl Fn(&Deployment<'_>) -> P + Send + Sync + 'static,
     ) -> Self {
         if let Some(bad) = tables.iter().find(|t| !crate::config::is_identifier(t)) {
             panic!("projection table {bad:?} of role {role} is not a plain identifier");
@@ -94,7 +125,8 @@ impl Inbound {
             exactly_once: false,
             tables,
             start: Arc::new(move |config, spec, options| {
-                Consumer::spawn(config, spec, projection.clone(), options)
+                let projection = build(&Deployment { config });
+                Consumer::spawn(config, spec, projection, options)
             }),
         }
     }

@@ -17,7 +17,7 @@ pub mod runtime;
 
 pub use api_error::ApiError;
 pub use context::ServiceContext;
-pub use declaration::{Inbound, Service};
+pub use declaration::{Deployment, Inbound, Service};
 pub use error::ServiceError;
 pub use http::{read_at_least, VersionToken, WriteAccess};
 pub use runtime::{wait_for_signal, RunOptions, RunningService};
