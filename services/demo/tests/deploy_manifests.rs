@@ -51,11 +51,17 @@ fn placeholder(name: &str) -> String {
     }
 }
 
-fn check_container(file: &Path, container: &Yaml, dockerfile: &str) -> Result<(), String> {
+fn check_container(
+    file: &Path,
+    container: &Yaml,
+    dockerfile: &str,
+    secret_dir: &Path,
+) -> Result<(), String> {
     let image = container["image"].as_str().ok_or("no image")?;
-    if !image.ends_with("/courier/courier:latest") {
+    // Pinned by digest; the release step fills the placeholder (deploy/README.md).
+    if !image.ends_with("/courier/courier@sha256:IMAGE_DIGEST") {
         return Err(format!(
-            "image {image} is not the courier image deploy/Dockerfile builds"
+            "image {image} is not the courier image deploy/Dockerfile builds, pinned by digest"
         ));
     }
     let command = container["command"][0].as_str().ok_or("no command")?;
@@ -75,17 +81,41 @@ fn check_container(file: &Path, container: &Yaml, dockerfile: &str) -> Result<()
     }
 
     // Environment: COURIER_CONFIG names a shipped config (and the image holds it); every
-    // other variable is an override the config loader accepts.
+    // other variable is an override the config loader accepts. No secret is an environment
+    // variable: a `*_FILE` variable names a file in a mounted volume, which stands in here
+    // as a file holding a valid value.
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_vec()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
     let mut config_path = None;
     let mut overrides = Vec::new();
     for var in container["env"].as_vec().into_iter().flatten() {
         let name = var["name"].as_str().ok_or("env entry without name")?;
+        if !var["valueFrom"]["secretKeyRef"].is_badvalue() {
+            return Err(format!(
+                "{name} takes a secret into the environment: mount it as a file instead"
+            ));
+        }
         let value = var["value"]
             .as_str()
             .map(str::to_owned)
             .unwrap_or_else(|| placeholder(name));
         if name == courier::config::CONFIG_PATH_ENV {
             config_path = Some(value);
+        } else if let Some(secret) = name.strip_suffix("_FILE") {
+            let in_volume = mounts
+                .iter()
+                .any(|m| value.starts_with(&format!("{}/", m.trim_end_matches('/'))));
+            if !in_volume {
+                return Err(format!("{name}={value} is in no mounted volume"));
+            }
+            let stand_in = secret_dir.join(name);
+            std::fs::write(&stand_in, format!("{}\n", placeholder(secret)))
+                .map_err(|e| format!("write {}: {e}", stand_in.display()))?;
+            overrides.push((name.to_owned(), stand_in.display().to_string()));
         } else {
             overrides.push((name.to_owned(), value));
         }
@@ -178,6 +208,9 @@ fn every_manifest_names_real_images_binaries_ports_probes_and_config_keys() {
     for dir in ["deploy/cloudrun", "deploy/k8s"] {
         yaml_files(&repo().join(dir), &mut files);
     }
+    // Stand-ins for the mounted secret files, one directory per test process.
+    let secret_dir = std::env::temp_dir().join(format!("courier-manifests-{}", std::process::id()));
+    std::fs::create_dir_all(&secret_dir).expect("temp dir for secret stand-ins");
     let mut checked = 0;
     let mut served = std::collections::BTreeSet::new();
     for file in &files {
@@ -188,7 +221,7 @@ fn every_manifest_names_real_images_binaries_ports_probes_and_config_keys() {
             let mut found = Vec::new();
             containers(doc, &mut found);
             for container in found {
-                check_container(file, container, &dockerfile)
+                check_container(file, container, &dockerfile, &secret_dir)
                     .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
                 if container["args"][0].as_str() == Some("serve") {
                     let platform = if file.to_string_lossy().contains("cloudrun") {
@@ -205,6 +238,7 @@ fn every_manifest_names_real_images_binaries_ports_probes_and_config_keys() {
             }
         }
     }
+    let _ = std::fs::remove_dir_all(&secret_dir);
     // Both services are deployed on both platforms.
     assert_eq!(served.len(), 4, "served containers: {served:?}");
     assert!(checked >= 8, "only {checked} containers found");

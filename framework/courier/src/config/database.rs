@@ -1,6 +1,7 @@
 //! `[database]`: the service's PostgreSQL, its schema and role, TLS.
 
 use super::error::{invalid, is_identifier, ConfigError};
+use super::read_secret_file;
 use crate::conninfo::{resolve_tls, SslMode, TlsSettings};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -11,6 +12,12 @@ use std::path::PathBuf;
 pub struct DatabaseConfig {
     /// libpq-style URL or key=value string of the service's database.
     pub url: String,
+    /// A file whose contents (surrounding whitespace trimmed) is `url`: a mounted secret (a
+    /// Kubernetes Secret volume, a Cloud Run Secret Manager volume), so that the password is
+    /// in no environment variable. Read once, at load. One source per URL: setting `url` too
+    /// (in the file or the environment) is refused, as is a file that cannot be read or is
+    /// empty; the error names the file.
+    pub url_file: Option<PathBuf>,
     /// Schema holding outbox, inbox and offsets; every connection uses it as search_path.
     pub schema: String,
     /// The role that owns the schema. When set, `migrate` creates it (if missing) and the
@@ -20,6 +27,9 @@ pub struct DatabaseConfig {
     /// Connection used only by `migrate` (a role allowed to create roles and schemas); the
     /// service itself never uses it. Defaults to `url`.
     pub admin_url: Option<String>,
+    /// A file whose contents (surrounding whitespace trimmed) is `admin_url`, read at load as
+    /// `url_file` is; setting `admin_url` too is refused.
+    pub admin_url_file: Option<PathBuf>,
     /// Pooled connections for writes, claims and marks (dedicated LISTEN and lock
     /// connections come on top of these).
     pub pool_size: u32,
@@ -43,6 +53,34 @@ impl DatabaseConfig {
         resolve_tls(url, self.sslmode, self.ssl_root_cert.as_ref())
     }
 
+    /// Reads `url_file` into `url` and `admin_url_file` into `admin_url`. `is_set` says
+    /// whether the config file or the environment set a dotted key: a URL given both inline
+    /// and as a file is refused. Errors name the `*_file` key and the file, never its contents.
+    pub(crate) fn read_url_files(
+        &mut self,
+        is_set: impl Fn(&str) -> bool,
+    ) -> Result<(), ConfigError> {
+        if let Some(path) = &self.url_file {
+            if is_set("database.url") {
+                return invalid(
+                    "database.url_file",
+                    "is set together with database.url: set only one of them",
+                );
+            }
+            self.url = read_secret_file("database.url_file", path)?;
+        }
+        if let Some(path) = &self.admin_url_file {
+            if is_set("database.admin_url") {
+                return invalid(
+                    "database.admin_url_file",
+                    "is set together with database.admin_url: set only one of them",
+                );
+            }
+            self.admin_url = Some(read_secret_file("database.admin_url_file", path)?);
+        }
+        Ok(())
+    }
+
     /// This section's rules; errors name the key.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if !is_identifier(&self.schema) {
@@ -62,9 +100,18 @@ impl DatabaseConfig {
         if self.pool_size < 2 {
             return invalid("database.pool_size", "must be at least 2");
         }
+        // A URL read from a file is blamed on the file's key (its origin is that key's).
+        let url_key = match self.url_file {
+            Some(_) => "database.url_file",
+            None => "database.url",
+        };
+        let admin_url_key = match self.admin_url_file {
+            Some(_) => "database.admin_url_file",
+            None => "database.admin_url",
+        };
         let urls = [
-            ("database.url", Some(&self.url)),
-            ("database.admin_url", self.admin_url.as_ref()),
+            (url_key, Some(&self.url)),
+            (admin_url_key, self.admin_url.as_ref()),
         ];
         for (key, url) in urls {
             let Some(url) = url else { continue };
@@ -123,9 +170,11 @@ impl std::fmt::Debug for DatabaseConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseConfig")
             .field("url", &redact_url(&self.url))
+            .field("url_file", &self.url_file)
             .field("schema", &self.schema)
             .field("role", &self.role)
             .field("admin_url", &self.admin_url.as_deref().map(redact_url))
+            .field("admin_url_file", &self.admin_url_file)
             .field("pool_size", &self.pool_size)
             .field("connect_timeout_secs", &self.connect_timeout_secs)
             .field("sslmode", &self.sslmode)
@@ -139,8 +188,10 @@ impl Default for DatabaseConfig {
         Self {
             url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
             schema: "courier".into(),
+            url_file: None,
             role: None,
             admin_url: None,
+            admin_url_file: None,
             pool_size: 16,
             connect_timeout_secs: 10,
             sslmode: None,

@@ -101,26 +101,33 @@ impl CourierConfig {
                 set_by_env.insert(key, name);
             }
         }
-        let config: CourierConfig = toml::Value::Table(table)
+        let mut config: CourierConfig = toml::Value::Table(table.clone())
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
-        config.validate().map_err(|error| match error {
-            ConfigError::Invalid { key, reason } => {
-                let origin = match (set_by_env.get(&key), file) {
-                    (Some(variable), _) => format!("environment variable {variable}"),
-                    (None, Some(file)) if has_key(&in_file, &key) => {
-                        format!("config file {}", file.display())
+        // Secrets given as files are read before validation, so their values are checked too.
+        let is_set = |key: &str| has_key(&table, key);
+        let read = config
+            .database
+            .read_url_files(is_set)
+            .and_then(|()| config.http.read_token_file(is_set));
+        read.and_then(|()| config.validate())
+            .map_err(|error| match error {
+                ConfigError::Invalid { key, reason } => {
+                    let origin = match (set_by_env.get(&key), file) {
+                        (Some(variable), _) => format!("environment variable {variable}"),
+                        (None, Some(file)) if has_key(&in_file, &key) => {
+                            format!("config file {}", file.display())
+                        }
+                        (None, _) if has_key(&in_file, &key) => "the config text".into(),
+                        (None, _) => "the default".into(),
+                    };
+                    ConfigError::Invalid {
+                        reason: format!("{reason} (value from {origin})"),
+                        key,
                     }
-                    (None, _) if has_key(&in_file, &key) => "the config text".into(),
-                    (None, _) => "the default".into(),
-                };
-                ConfigError::Invalid {
-                    reason: format!("{reason} (value from {origin})"),
-                    key,
                 }
-            }
-            other => other,
-        })?;
+                other => other,
+            })?;
         Ok(config)
     }
 
@@ -136,6 +143,23 @@ impl CourierConfig {
         self.supervision.validate()?;
         self.telemetry.validate()
     }
+}
+
+/// The trimmed contents of the secret file `path`, which the config key `key` names (for
+/// `database.url_file` and the like). The error names the key and the file, never contents.
+pub(crate) fn read_secret_file(key: &str, path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
+        key: key.into(),
+        reason: format!("cannot read {}: {e}", path.display()),
+    })?;
+    let value = text.trim();
+    if value.is_empty() {
+        return Err(ConfigError::Invalid {
+            key: key.into(),
+            reason: format!("{} is empty", path.display()),
+        });
+    }
+    Ok(value.to_owned())
 }
 
 /// Whether `table` sets the dotted `key` (`relay.shard_count`).
@@ -460,5 +484,172 @@ mod tests {
             }
         }
         assert!(checked >= 3, "only {checked} shipped configs found");
+    }
+
+    /// A directory of this test's own, removed when dropped.
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("courier-config-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            Self(dir)
+        }
+
+        fn file(&self, name: &str, contents: &str) -> std::path::PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, contents).expect("write");
+            path
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn url_files_are_read_trimmed_at_load() {
+        let dir = TempDir::new("url-file");
+        let url = dir.file(
+            "url",
+            "postgres://catalog:s3cret-pass@db.internal/courier\n",
+        );
+        let admin = dir.file(
+            "admin-url",
+            "  host=/cloudsql/p:r:i user=postgres password=x \n",
+        );
+        let config = CourierConfig::from_toml_and_env(
+            &format!("[database]\nurl_file = {:?}\n", url.display().to_string()),
+            env(&[(
+                "COURIER_DATABASE__ADMIN_URL_FILE",
+                &admin.display().to_string(),
+            )]),
+        )
+        .expect("url files");
+        assert_eq!(
+            config.database.url,
+            "postgres://catalog:s3cret-pass@db.internal/courier"
+        );
+        assert_eq!(
+            config.database.admin_url.as_deref(),
+            Some("host=/cloudsql/p:r:i user=postgres password=x")
+        );
+        assert_eq!(config.database.url_file.as_deref(), Some(url.as_path()));
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret-pass"), "{debug}");
+    }
+
+    #[test]
+    fn the_bearer_token_may_come_from_a_file_but_not_from_both() {
+        let dir = TempDir::new("token-file");
+        let token = dir.file("auth-token", "0123456789abcdef0123\n");
+        let path = token.display().to_string();
+        let config = CourierConfig::from_toml_and_env(
+            "",
+            env(&[("COURIER_HTTP__AUTH_TOKEN_FILE", path.as_str())]),
+        )
+        .expect("token file");
+        assert_eq!(
+            config.http.auth_token.as_deref(),
+            Some("0123456789abcdef0123")
+        );
+        let err = CourierConfig::from_toml_and_env(
+            &format!("[http]\nauth_token_file = {path:?}\n"),
+            env(&[("COURIER_HTTP__AUTH_TOKEN", "another-token-0123456789")]),
+        )
+        .expect_err("both");
+        assert!(err.to_string().contains("http.auth_token_file"), "{err}");
+        let short = dir.file("short", "abc\n");
+        let err = CourierConfig::from_toml_and_env(
+            &format!(
+                "[http]\nauth_token_file = {:?}\n",
+                short.display().to_string()
+            ),
+            env(&[]),
+        )
+        .expect_err("short token");
+        assert!(err.to_string().contains("http.auth_token_file"), "{err}");
+        assert!(err.to_string().contains("at least 16"), "{err}");
+    }
+
+    #[test]
+    fn a_url_given_inline_and_as_a_file_is_refused() {
+        let dir = TempDir::new("url-both");
+        let url = dir.file("url", "postgres://catalog@db.internal/courier");
+        let path = url.display().to_string();
+        // Both in the file, the URL from the environment and the file in the config, and the
+        // admin URL both ways: each is refused, naming both keys.
+        let cases = [
+            (
+                format!("[database]\nurl = \"postgres://a@h/db\"\nurl_file = {path:?}\n"),
+                vec![],
+                "database.url_file",
+            ),
+            (
+                format!("[database]\nurl_file = {path:?}\n"),
+                vec![("COURIER_DATABASE__URL", "postgres://a@h/db")],
+                "database.url_file",
+            ),
+            (
+                String::new(),
+                vec![
+                    ("COURIER_DATABASE__ADMIN_URL", "postgres://a@h/db"),
+                    ("COURIER_DATABASE__ADMIN_URL_FILE", path.as_str()),
+                ],
+                "database.admin_url_file",
+            ),
+        ];
+        for (toml, vars, key) in cases {
+            let err = CourierConfig::from_toml_and_env(&toml, env(&vars))
+                .expect_err("url and url_file both set");
+            let text = err.to_string();
+            assert!(text.contains(key), "{text}");
+            assert!(text.contains("set only one of them"), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_or_empty_url_file_is_named() {
+        let dir = TempDir::new("url-bad");
+        let missing = dir.0.join("missing");
+        let err = CourierConfig::from_toml_and_env(
+            "",
+            env(&[("COURIER_DATABASE__URL_FILE", &missing.display().to_string())]),
+        )
+        .expect_err("missing file");
+        let text = err.to_string();
+        assert!(text.contains("database.url_file"), "{text}");
+        assert!(text.contains(&missing.display().to_string()), "{text}");
+        assert!(
+            text.contains("environment variable COURIER_DATABASE__URL_FILE"),
+            "{text}"
+        );
+
+        let empty = dir.file("empty", " \n");
+        let err = CourierConfig::from_toml_and_env(
+            &format!(
+                "[database]\nadmin_url_file = {:?}\n",
+                empty.display().to_string()
+            ),
+            env(&[]),
+        )
+        .expect_err("empty file");
+        let text = err.to_string();
+        assert!(text.contains("database.admin_url_file"), "{text}");
+        assert!(text.contains("is empty"), "{text}");
+
+        // Contents that are no connection string are blamed on the file's key, and not shown.
+        let garbage = dir.file("garbage", "host=db password=s3cret-pass port=notaport");
+        let err = CourierConfig::from_toml_and_env(
+            "",
+            env(&[("COURIER_DATABASE__URL_FILE", &garbage.display().to_string())]),
+        )
+        .expect_err("not a connection string");
+        let text = err.to_string();
+        assert!(text.contains("database.url_file"), "{text}");
+        assert!(!text.contains("s3cret-pass"), "{text}");
     }
 }
