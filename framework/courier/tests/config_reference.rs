@@ -312,5 +312,8 @@ fn the_guides_smallest_config_loads_and_keeps_every_other_default() {
     assert_eq!(config.database.schema, "search");
     assert_eq!(config.relay.shard_count, default.relay.shard_count);
     assert_eq!(config.consumer.streams, default.consumer.streams);
-    assert_eq!(config.retention.outbox_hours, default.retention.outbox_hours);
+    assert_eq!(
+        config.retention.outbox_hours,
+        default.retention.outbox_hours
+    );
 }

@@ -76,12 +76,15 @@ async fn an_emitting_projection_built_from_the_deployment_emits_once_per_event(
             migrations: &[],
         },
         outbound_topics: Box::leak(vec![source, echoes].into_boxed_slice()),
-        inbound: vec![Inbound::build(source, "echoer", &[], move |deployment: &Deployment<'_>| {
-            Echo {
+        inbound: vec![Inbound::build(
+            source,
+            "echoer",
+            &[],
+            move |deployment: &Deployment<'_>| Echo {
                 outbox: deployment.outbox(),
                 topic: echoes,
-            }
-        })],
+            },
+        )],
         routes: |_| {},
         backfills: Vec::new(),
     };
