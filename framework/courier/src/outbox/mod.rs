@@ -13,5 +13,5 @@ pub mod event;
 pub mod operator;
 pub mod shard;
 
-pub use append::{AppendError, AppendTransaction, Appended, Outbox};
+pub use append::{record_shard_count, AppendError, AppendTransaction, Appended, Outbox};
 pub use event::{InvalidEvent, NewEvent};
