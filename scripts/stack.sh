@@ -117,3 +117,35 @@ ensure_promtool() (
     fi
     command -v promtool >/dev/null 2>&1
 )
+
+# The Python (psycopg) and Node (pg) producers of framework/courier/tests/sql_producers.rs:
+# a virtualenv with tests/clients/requirements.txt and node_modules from package-lock.json,
+# both inside tests/clients/ (git-ignored) and installed again only when their pins change.
+STACK_SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ensure_producer_clients() (
+    set -euo pipefail
+    clients="$STACK_SCRIPTS_DIR/../framework/courier/tests/clients"
+    cd "$clients"
+    log=$(mktemp)
+    trap 'rm -f "$log"' EXIT
+    if ! cmp -s requirements.txt .venv/requirements.installed 2>/dev/null; then
+        echo "stack: installing the Python producer's packages (tests/clients/.venv)" >&2
+        rm -rf .venv
+        if ! { python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check \
+            -r requirements.txt; } >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "could not install tests/clients/requirements.txt" >&2
+            exit 1
+        fi
+        cp requirements.txt .venv/requirements.installed
+    fi
+    if ! cmp -s package-lock.json node_modules/.package-lock.installed 2>/dev/null; then
+        echo "stack: installing the Node producer's packages (tests/clients/node_modules)" >&2
+        if ! npm ci --no-audit --no-fund >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "could not install tests/clients/package-lock.json" >&2
+            exit 1
+        fi
+        cp package-lock.json node_modules/.package-lock.installed
+    fi
+)

@@ -86,8 +86,11 @@ enum Command {
     /// Relay drain rate vs raw emulator publish and raw PostgreSQL claim-and-mark.
     #[command(after_help = "Example:\n  courier-load drain --events 200000 --keys 1000")]
     Drain(drain::DrainArgs),
-    /// Outbox appends per second (1-event transactions) with and without NOTIFY.
-    #[command(after_help = "Example:\n  courier-load append --clients 4 --seconds 10")]
+    /// Outbox appends per second (1-event transactions) with and without NOTIFY; `--via sql`:
+    /// the SQL function courier.append_event against Outbox::append.
+    #[command(
+        after_help = "Examples:\n  courier-load append --clients 4 --seconds 10\n  courier-load append --via sql --clients 4 --seconds 10"
+    )]
     Append(append::AppendArgs),
     /// Projection rate (committed and acked) vs raw receive-and-ack on the same streams.
     #[command(

@@ -127,6 +127,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0019_append_key_versions",
             sql: include_str!("../../../migrations/courier/0019_append_key_versions.sql"),
         },
+        Migration {
+            version: 20,
+            name: "0020_sql_append",
+            sql: include_str!("../../../migrations/courier/0020_sql_append.sql"),
+        },
     ],
 };
 
@@ -210,6 +215,10 @@ async fn become_owner(
         "DO $$ BEGIN
              IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
                  CREATE ROLE {role} LOGIN;
+             END IF;
+             -- The role producers in other languages are made members of (0020_sql_append.sql).
+             IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{schema}_producer') THEN
+                 CREATE ROLE {schema}_producer NOLOGIN;
              END IF;
          EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
          END $$;

@@ -8,7 +8,13 @@
 //!
 //! Waking only idle shards is what keeps the write path near the ceiling under load while an
 //! idle relay still hears about the first event at once.
+//!
+//! `--via sql` measures instead the SQL append producers in other languages call
+//! (`courier.append_event`, migrations/courier/0020_sql_append.sql, docs/sql-producers.md)
+//! against `Outbox::append`, both with the relay busy (the same idle-flag probe, no NOTIFY),
+//! with the machine's CPU per event of each.
 
+use crate::harness::cpu::{CpuMeter, CpuUse};
 use crate::harness::fixtures::set_shards_idle;
 use crate::report::measures::{Rate, Ratio};
 use crate::report::Report;
@@ -29,6 +35,16 @@ pub struct AppendArgs {
     /// Rounds of the three variants, interleaved so drift hits all alike; the best of each counts.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
+    /// What to measure: `rust`, the Rust write path's variants; `sql`, the SQL function
+    /// `courier.append_event` against `Outbox::append`.
+    #[arg(long, value_enum, default_value_t = Via::Rust)]
+    via: Via,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Via {
+    Rust,
+    Sql,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -38,6 +54,8 @@ enum Variant {
     RelayBusy,
     RelayIdle,
     PipelinedCommit,
+    /// `SELECT courier.append_event(…)`, prepared, relay busy.
+    SqlFunction,
 }
 
 impl Variant {
@@ -48,6 +66,7 @@ impl Variant {
             Variant::RelayBusy => "Outbox::append, relay busy (no NOTIFY)",
             Variant::RelayIdle => "Outbox::append, relay idle (NOTIFY each tx)",
             Variant::PipelinedCommit => "Outbox::append_and_commit without wake-ups",
+            Variant::SqlFunction => "SQL courier.append_event, relay busy (no NOTIFY)",
         }
     }
 }
@@ -56,6 +75,7 @@ const PLAIN_INSERT: &str = "
     INSERT INTO courier.outbox (id, shard, topic, aggregate_type, aggregate_id, event_type,
                                 version, schema_version, payload, attributes, occurred_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+const SQL_APPEND: &str = "SELECT courier.append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 const BUSINESS_ROW: &str = "INSERT INTO public.bench_videos (id, title) VALUES ($1, $2)";
 
 pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
@@ -71,6 +91,9 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
         )
         .await
         .context("create the business table")?;
+    if args.via == Via::Sql {
+        return run_sql(&args, &db, &pubsub, &config).await;
+    }
     let variants = [
         Variant::PlainInsert,
         Variant::NoWakeups,
@@ -134,6 +157,69 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
     })
 }
 
+/// `--via sql`: the SQL function against `Outbox::append`, relay busy for both, rounds
+/// interleaved, the best of each with the machine's CPU per event during it.
+async fn run_sql(
+    args: &AppendArgs,
+    db: &TestDb,
+    pubsub: &TestPubSub,
+    config: &courier::CourierConfig,
+) -> anyhow::Result<Report> {
+    let conn = db.pool.get().await?;
+    courier::outbox::record_shard_count(&conn, config)
+        .await
+        .context("record the shard count the SQL function reads")?;
+    drop(conn);
+    set_shards_idle(db, config.relay.shard_count, false).await?;
+    let variants = [Variant::RelayBusy, Variant::SqlFunction];
+    let mut runs: Vec<(Rate, Option<CpuUse>)> = vec![(Rate::new("", 0, 0.0), None); 2];
+    let outbox = Arc::new(Outbox::new(config));
+    for round in 0..args.rounds {
+        for (i, variant) in variants.iter().enumerate() {
+            eprintln!(
+                "round {}/{}: {} for {} s",
+                round + 1,
+                args.rounds,
+                variant.name(),
+                args.seconds
+            );
+            let meter = CpuMeter::start(&pubsub.host);
+            let rate = measure(&outbox, config, *variant, round, args).await?;
+            let cpu = meter.stop();
+            if rate.per_second > runs[i].0.per_second {
+                runs[i] = (rate, Some(cpu));
+            }
+        }
+    }
+    let notes = runs
+        .iter()
+        .filter_map(|(rate, cpu)| Some(cpu.as_ref()?.describe(&rate.name, rate.events)))
+        .collect();
+    let rates: Vec<Rate> = runs.into_iter().map(|(rate, _)| rate).collect();
+    let ratio = Ratio::to_lowest(
+        "SQL append_event / Outbox::append",
+        &rates[1],
+        &[&rates[0]],
+        0.0,
+    );
+    Ok(Report {
+        benchmark: "append --via sql: the SQL function against Outbox::append".into(),
+        parameters: vec![
+            ("clients".into(), args.clients.to_string()),
+            ("seconds".into(), args.seconds.to_string()),
+            ("rounds".into(), args.rounds.to_string()),
+            (
+                "events_per_transaction".into(),
+                "1 (+1 business row)".into(),
+            ),
+        ],
+        rates,
+        ratios: vec![ratio],
+        notes,
+        ..Default::default()
+    })
+}
+
 async fn measure(
     outbox: &Arc<Outbox>,
     config: &courier::CourierConfig,
@@ -154,6 +240,10 @@ async fn measure(
         let shard_count = config.relay.shard_count;
         writers.push(tokio::spawn(async move {
             let plain = client.prepared(PLAIN_INSERT).await?;
+            let sql_append = match variant {
+                Variant::SqlFunction => Some(client.prepared(SQL_APPEND).await?),
+                _ => None,
+            };
             let business = client.prepared(BUSINESS_ROW).await?;
             let mut committed = 0u64;
             while Instant::now() < deadline {
@@ -193,6 +283,29 @@ async fn measure(
                     }
                     Variant::PipelinedCommit => {
                         outbox.append_and_commit(tx, event).await?;
+                    }
+                    Variant::SqlFunction => {
+                        let statement = sql_append
+                            .as_ref()
+                            .context("the SQL append is prepared for this variant")?;
+                        let attributes = serde_json::json!(event.optional_attributes());
+                        tx.execute(
+                            statement,
+                            &[
+                                &event.topic,
+                                &event.aggregate_type,
+                                &event.aggregate_id,
+                                &event.event_type,
+                                &event.version,
+                                &event.payload,
+                                &attributes,
+                                &event.schema_version,
+                                &event.event_id,
+                                &event.occurred_at,
+                            ],
+                        )
+                        .await?;
+                        tx.commit().await?;
                     }
                     Variant::NoWakeups | Variant::RelayBusy | Variant::RelayIdle => {
                         outbox.append(&tx, event).await?;

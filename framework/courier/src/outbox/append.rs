@@ -108,6 +108,40 @@ pub fn wake_channel(schema: &str) -> String {
     format!("{schema}_outbox_wake")
 }
 
+/// Records `config.relay.shard_count` in the schema's `outbox_settings`, where the SQL appends
+/// (`append_event`, `append_events`: migrations/courier/0020_sql_append.sql) read the shard
+/// count. `<service> migrate` and the relay call it with the deployment's config, so a producer
+/// in another language shards exactly as [`Outbox::append`] and the relay do; until it has run
+/// the SQL appends refuse (SQLSTATE 55000) rather than write rows into a shard no relay owns.
+/// Returns the count recorded before, when it differed.
+pub async fn record_shard_count(
+    client: &tokio_postgres::Client,
+    config: &CourierConfig,
+) -> Result<Option<i32>, DbError> {
+    let schema = &config.database.schema;
+    let count = i32::try_from(config.relay.shard_count).unwrap_or(i32::MAX);
+    let sql = render(
+        "WITH before AS (SELECT shard_count FROM {schema}.outbox_settings)
+         , recorded AS (
+             INSERT INTO {schema}.outbox_settings (shard_count) VALUES ($1)
+             ON CONFLICT (singleton) DO UPDATE SET shard_count = EXCLUDED.shard_count,
+                 recorded_at = now()
+             WHERE {schema}.outbox_settings.shard_count <> EXCLUDED.shard_count)
+         SELECT (SELECT shard_count FROM before)",
+        schema,
+    );
+    let row = client
+        .query_one(&sql, &[&count])
+        .await
+        .map_err(DbError::query(format!(
+            "record relay.shard_count {count} in {schema}.outbox_settings"
+        )))?;
+    let before: Option<i32> = row
+        .try_get(0)
+        .map_err(DbError::query("read the shard count recorded before"))?;
+    Ok(before.filter(|&before| before != count))
+}
+
 /// What was appended: enough for a consistency token (`aggregate_id`, `version`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Appended {

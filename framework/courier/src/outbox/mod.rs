@@ -12,6 +12,8 @@ mod event;
 pub(crate) mod operator;
 mod shard;
 
-pub use append::{wake_channel, AppendError, AppendTransaction, Appended, Outbox};
-pub use event::{check_topic_id, InvalidEvent, NewEvent};
+pub use append::{
+    record_shard_count, wake_channel, AppendError, AppendTransaction, Appended, Outbox,
+};
+pub use event::{check_topic_id, InvalidEvent, NewEvent, MAX_MESSAGE_BYTES};
 pub use shard::{shard_of, stable_hash};

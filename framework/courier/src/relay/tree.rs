@@ -70,6 +70,7 @@ pub fn start(
         &config.database.schema,
         PublishedRows::from_config(&config.retention),
     ));
+    record_shard_count(store.clone(), config.clone());
     let publishers = Arc::new(Publishers::new(
         PubSub::new(config.pubsub.clone()),
         PublisherSettings {
@@ -122,6 +123,31 @@ pub fn start(
         shard_owner,
         listener,
     })
+}
+
+/// Records the relay's `shard_count` where the SQL appends read it, in the background
+/// ([`crate::outbox::record_shard_count`]); a failure is logged, not fatal: `<service>
+/// migrate` records it too, and the relay's own work does not depend on it.
+fn record_shard_count(store: Arc<OutboxStore>, config: Arc<CourierConfig>) {
+    actix::spawn(async move {
+        let recorded = match store.pool().get().await {
+            Ok(conn) => crate::outbox::record_shard_count(&conn, &config).await,
+            Err(e) => Err(DbError::Pool {
+                context: "record the shard count".into(),
+                error: e,
+            }),
+        };
+        match recorded {
+            Ok(Some(before)) => tracing::warn!(
+                before,
+                now = config.relay.shard_count,
+                "relay.shard_count changed; SQL appends now shard by the new count"
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e,
+                "cannot record relay.shard_count for SQL appends (migrate records it too)"),
+        }
+    });
 }
 
 /// A relay running on its own thread.

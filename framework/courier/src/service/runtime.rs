@@ -51,13 +51,26 @@ pub async fn migrate(
         tracing::info!(service = service.name, "created the database");
     }
     let pool = crate::db::pool(&admin, &format!("{}-migrate", service.name))?;
-    Ok(crate::migrate::migrate_owned(
+    let report = crate::migrate::migrate_owned(
         &pool,
         &database.schema,
         database.role.as_deref(),
         &[COURIER, service.migrations],
     )
-    .await?)
+    .await?;
+    // The shard count the SQL appends read (0020_sql_append.sql): the deployment's.
+    let conn = pool
+        .get()
+        .await
+        .map_err(crate::db::DbError::pool("record the shard count"))?;
+    if let Some(before) = crate::outbox::record_shard_count(&conn, config).await? {
+        tracing::warn!(
+            before,
+            now = config.relay.shard_count,
+            "relay.shard_count changed; SQL appends now shard by the new count"
+        );
+    }
+    Ok(report)
 }
 
 /// Creates, unless they exist, the service's outbound topics and, for each inbound
