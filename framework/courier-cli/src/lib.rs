@@ -129,13 +129,22 @@ pub(crate) fn load_config(path: &std::path::Path) -> anyhow::Result<CourierConfi
     CourierConfig::load(path).with_context(|| format!("--config {}", path.display()))
 }
 
-/// Applies the framework's migrations.
+/// Applies the framework's migrations and records the config's `relay.shard_count` for the
+/// SQL appends (docs/sql-producers.md), as a service's `migrate` does.
 async fn migrate(config: &CourierConfig) -> anyhow::Result<courier::migrate::MigrationReport> {
+    use anyhow::Context as _;
     let pool = courier::db::pool(&config.database, "courier-cli")?;
-    Ok(
+    let report =
         courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER])
-            .await?,
-    )
+            .await?;
+    let conn = pool.get().await.context("record the shard count")?;
+    if let Some(before) = courier::outbox::record_shard_count(&conn, config).await? {
+        eprintln!(
+            "relay.shard_count changed from {before} to {}; SQL appends now shard by the new count",
+            config.relay.shard_count
+        );
+    }
+    Ok(report)
 }
 
 /// What a migration run did, in one line.

@@ -14,12 +14,13 @@ async fn verify_delivers_every_event_in_order_with_the_local_config() -> anyhow:
         "/../../deploy/local/courier.toml"
     );
     let topic = courier_testkit::unique_name("verify.events");
+    let url = db.config.url.clone();
     let output = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_courier"))
             .args([
                 "--config", config, "verify", "--events", "300", "--keys", "30", "--topic", &topic,
             ])
-            .env("COURIER_DATABASE__URL", &db.config.url)
+            .env("COURIER_DATABASE__URL", &url)
             .env("COURIER_METRICS__LISTEN", "127.0.0.1:0")
             .env("PUBSUB_EMULATOR_HOST", &pubsub.host)
             .output()
@@ -35,6 +36,13 @@ async fn verify_delivers_every_event_in_order_with_the_local_config() -> anyhow:
     assert!(
         stdout.contains("every event arrived, each key in version order"),
         "{stdout}"
+    );
+    // Its migrate recorded the config's shard count, which the SQL appends read.
+    let local = courier::CourierConfig::load(config)?;
+    assert_eq!(
+        db.scalar("SELECT shard_count::bigint FROM courier.outbox_settings")
+            .await?,
+        i64::from(local.relay.shard_count)
     );
     Ok(())
 }
