@@ -206,25 +206,7 @@ async fn sql_appends_write_the_rows_outbox_append_writes() -> anyhow::Result<()>
     }
     for chunk in batched.chunks(50) {
         let tx = client.transaction().await?;
-        let column = |f: fn(&NewEvent) -> String| chunk.iter().map(f).collect::<Vec<_>>();
-        let ids: Vec<Uuid> = tx
-            .query_one(
-                "SELECT courier.append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                &[
-                    &column(|e| e.topic.clone()),
-                    &column(|e| e.aggregate_type.clone()),
-                    &column(|e| e.aggregate_id.clone()),
-                    &column(|e| e.event_type.clone()),
-                    &chunk.iter().map(|e| e.version).collect::<Vec<_>>(),
-                    &chunk.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(),
-                    &chunk.iter().map(attributes_json).collect::<Vec<_>>(),
-                    &chunk.iter().map(|e| e.schema_version).collect::<Vec<_>>(),
-                    &chunk.iter().map(|e| e.event_id).collect::<Vec<_>>(),
-                    &chunk.iter().map(|e| e.occurred_at).collect::<Vec<_>>(),
-                ],
-            )
-            .await?
-            .get(0);
+        let ids: Vec<Uuid> = append_events(&tx, chunk).await?.get(0);
         assert_eq!(ids, chunk.iter().map(|e| e.event_id).collect::<Vec<_>>());
         tx.commit().await?;
     }
@@ -264,30 +246,37 @@ async fn sql_appends_write_the_rows_outbox_append_writes() -> anyhow::Result<()>
     Ok(())
 }
 
+/// `events` through append_events, every column given (so the rows can equal Rust's).
+async fn append_events(
+    tx: &tokio_postgres::Transaction<'_>,
+    events: &[NewEvent],
+) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+    let column = |f: fn(&NewEvent) -> String| events.iter().map(f).collect::<Vec<_>>();
+    tx.query_one(
+        "SELECT courier.append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        &[
+            &column(|e| e.topic.clone()),
+            &column(|e| e.aggregate_type.clone()),
+            &column(|e| e.aggregate_id.clone()),
+            &column(|e| e.event_type.clone()),
+            &events.iter().map(|e| e.version).collect::<Vec<_>>(),
+            &events.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(),
+            &events.iter().map(attributes_json).collect::<Vec<_>>(),
+            &events.iter().map(|e| e.schema_version).collect::<Vec<_>>(),
+            &events.iter().map(|e| e.event_id).collect::<Vec<_>>(),
+            &events.iter().map(|e| e.occurred_at).collect::<Vec<_>>(),
+        ],
+    )
+    .await
+}
+
 /// The SQL error of appending `event` with append_event (or of `events` with append_events).
 async fn sql_error(
     client: &mut tokio_postgres::Client,
     events: &[NewEvent],
 ) -> anyhow::Result<tokio_postgres::error::DbError> {
     let tx = client.transaction().await?;
-    let column = |f: fn(&NewEvent) -> String| events.iter().map(f).collect::<Vec<_>>();
-    let result = tx
-        .query_one(
-            "SELECT courier.append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            &[
-                &column(|e| e.topic.clone()),
-                &column(|e| e.aggregate_type.clone()),
-                &column(|e| e.aggregate_id.clone()),
-                &column(|e| e.event_type.clone()),
-                &events.iter().map(|e| e.version).collect::<Vec<_>>(),
-                &events.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(),
-                &events.iter().map(attributes_json).collect::<Vec<_>>(),
-                &events.iter().map(|e| e.schema_version).collect::<Vec<_>>(),
-                &events.iter().map(|e| e.event_id).collect::<Vec<_>>(),
-                &events.iter().map(|e| e.occurred_at).collect::<Vec<_>>(),
-            ],
-        )
-        .await;
+    let result = append_events(&tx, events).await;
     tx.rollback().await?;
     match result {
         Ok(_) => anyhow::bail!("{events:?} was appended"),
