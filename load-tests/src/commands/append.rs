@@ -196,11 +196,12 @@ async fn run_sql(
         .filter_map(|(rate, cpu)| Some(cpu.as_ref()?.describe(&rate.name, rate.events)))
         .collect();
     let rates: Vec<Rate> = runs.into_iter().map(|(rate, _)| rate).collect();
+    // Issue 57's goal: a producer in another language appends within 10 % of the Rust path.
     let ratio = Ratio::to_lowest(
         "SQL append_event / Outbox::append",
         &rates[1],
         &[&rates[0]],
-        0.0,
+        0.9,
     );
     Ok(Report {
         benchmark: "append --via sql: the SQL function against Outbox::append".into(),
