@@ -138,12 +138,7 @@ async fn migrate(config: &CourierConfig) -> anyhow::Result<courier::migrate::Mig
         courier::migrate::migrate(&pool, &config.database.schema, &[courier::migrate::COURIER])
             .await?;
     let conn = pool.get().await.context("record the shard count")?;
-    if let Some(before) = courier::outbox::record_shard_count(&conn, config).await? {
-        eprintln!(
-            "relay.shard_count changed from {before} to {}; SQL appends now shard by the new count",
-            config.relay.shard_count
-        );
-    }
+    courier::outbox::record_shard_count(&conn, config).await?;
     Ok(report)
 }
 

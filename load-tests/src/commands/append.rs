@@ -142,15 +142,7 @@ pub async fn run(args: AppendArgs) -> anyhow::Result<Report> {
     let pipelined = Ratio::to_lowest("COMMIT pipelined / no wake-ups", &runs[4], &[&runs[1]], 0.0);
     Ok(Report {
         benchmark: "append: write path with and without the wake-up NOTIFY".into(),
-        parameters: vec![
-            ("clients".into(), args.clients.to_string()),
-            ("seconds".into(), args.seconds.to_string()),
-            ("rounds".into(), args.rounds.to_string()),
-            (
-                "events_per_transaction".into(),
-                "1 (+1 business row)".into(),
-            ),
-        ],
+        parameters: parameters(&args),
         rates: runs,
         ratios: vec![busy, idle, api, pipelined],
         ..Default::default()
@@ -205,20 +197,25 @@ async fn run_sql(
     );
     Ok(Report {
         benchmark: "append --via sql: the SQL function against Outbox::append".into(),
-        parameters: vec![
-            ("clients".into(), args.clients.to_string()),
-            ("seconds".into(), args.seconds.to_string()),
-            ("rounds".into(), args.rounds.to_string()),
-            (
-                "events_per_transaction".into(),
-                "1 (+1 business row)".into(),
-            ),
-        ],
+        parameters: parameters(args),
         rates,
         ratios: vec![ratio],
         notes,
         ..Default::default()
     })
+}
+
+/// What both reports were run with.
+fn parameters(args: &AppendArgs) -> Vec<(String, String)> {
+    vec![
+        ("clients".into(), args.clients.to_string()),
+        ("seconds".into(), args.seconds.to_string()),
+        ("rounds".into(), args.rounds.to_string()),
+        (
+            "events_per_transaction".into(),
+            "1 (+1 business row)".into(),
+        ),
+    ]
 }
 
 async fn measure(

@@ -1,7 +1,7 @@
 //! `[database]`: the service's PostgreSQL, its schema and role, TLS.
 
 use super::error::{invalid, is_identifier, ConfigError};
-use super::read_secret_file;
+use super::value_from_file;
 use crate::conninfo::{resolve_tls, SslMode, TlsSettings};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -60,23 +60,12 @@ impl DatabaseConfig {
         &mut self,
         is_set: impl Fn(&str) -> bool,
     ) -> Result<(), ConfigError> {
-        if let Some(path) = &self.url_file {
-            if is_set("database.url") {
-                return invalid(
-                    "database.url_file",
-                    "is set together with database.url: set only one of them",
-                );
-            }
-            self.url = read_secret_file("database.url_file", path)?;
+        if let Some(url) = value_from_file("database.url", self.url_file.as_deref(), &is_set)? {
+            self.url = url;
         }
-        if let Some(path) = &self.admin_url_file {
-            if is_set("database.admin_url") {
-                return invalid(
-                    "database.admin_url_file",
-                    "is set together with database.admin_url: set only one of them",
-                );
-            }
-            self.admin_url = Some(read_secret_file("database.admin_url_file", path)?);
+        let admin_url_file = self.admin_url_file.as_deref();
+        if let Some(url) = value_from_file("database.admin_url", admin_url_file, &is_set)? {
+            self.admin_url = Some(url);
         }
         Ok(())
     }

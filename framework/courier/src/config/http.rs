@@ -1,7 +1,7 @@
 //! `[http]`: a service's HTTP API.
 
 use super::error::{invalid, ConfigError};
-use super::read_secret_file;
+use super::value_from_file;
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -60,14 +60,9 @@ impl HttpConfig {
         &mut self,
         is_set: impl Fn(&str) -> bool,
     ) -> Result<(), ConfigError> {
-        if let Some(path) = &self.auth_token_file {
-            if is_set("http.auth_token") {
-                return invalid(
-                    "http.auth_token_file",
-                    "is set together with http.auth_token: set only one of them",
-                );
-            }
-            self.auth_token = Some(read_secret_file("http.auth_token_file", path)?);
+        let file = self.auth_token_file.as_deref();
+        if let Some(token) = value_from_file("http.auth_token", file, is_set)? {
+            self.auth_token = Some(token);
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ pub use retention::RetentionConfig;
 pub use supervision::SupervisionConfig;
 pub use telemetry::TelemetryConfig;
 
+use error::invalid;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -145,9 +146,30 @@ impl CourierConfig {
     }
 }
 
-/// The trimmed contents of the secret file `path`, which the config key `key` names (for
-/// `database.url_file` and the like). The error names the key and the file, never contents.
-pub(crate) fn read_secret_file(key: &str, path: &Path) -> Result<String, ConfigError> {
+/// The value of the dotted `key` read from the file `<key>_file` names, when it names one
+/// (`database.url` from `database.url_file`). `is_set` says whether the config file or the
+/// environment set a key: a value given both inline and as a file is refused. Errors name
+/// the `*_file` key and the file, never the contents.
+pub(crate) fn value_from_file(
+    key: &str,
+    file: Option<&Path>,
+    is_set: impl Fn(&str) -> bool,
+) -> Result<Option<String>, ConfigError> {
+    let Some(path) = file else {
+        return Ok(None);
+    };
+    let file_key = format!("{key}_file");
+    if is_set(key) {
+        return invalid(
+            &file_key,
+            &format!("is set together with {key}: set only one of them"),
+        );
+    }
+    read_secret_file(&file_key, path).map(Some)
+}
+
+/// The trimmed contents of the secret file `path`, which the config key `key` names.
+fn read_secret_file(key: &str, path: &Path) -> Result<String, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
         key: key.into(),
         reason: format!("cannot read {}: {e}", path.display()),

@@ -113,11 +113,11 @@ pub fn wake_channel(schema: &str) -> String {
 /// count. `<service> migrate` and the relay call it with the deployment's config, so a producer
 /// in another language shards exactly as [`Outbox::append`] and the relay do; until it has run
 /// the SQL appends refuse (SQLSTATE 55000) rather than write rows into a shard no relay owns.
-/// Returns the count recorded before, when it differed.
+/// A count that changed is logged as a warning.
 pub async fn record_shard_count(
     client: &tokio_postgres::Client,
     config: &CourierConfig,
-) -> Result<Option<i32>, DbError> {
+) -> Result<(), DbError> {
     let schema = &config.database.schema;
     let count = i32::try_from(config.relay.shard_count).unwrap_or(i32::MAX);
     let sql = render(
@@ -139,7 +139,15 @@ pub async fn record_shard_count(
     let before: Option<i32> = row
         .try_get(0)
         .map_err(DbError::query("read the shard count recorded before"))?;
-    Ok(before.filter(|&before| before != count))
+    if let Some(before) = before.filter(|&before| before != count) {
+        tracing::warn!(
+            schema = %schema,
+            before,
+            now = count,
+            "relay.shard_count changed; SQL appends now shard by the new count"
+        );
+    }
+    Ok(())
 }
 
 /// What was appended: enough for a consistency token (`aggregate_id`, `version`).

@@ -137,15 +137,9 @@ fn record_shard_count(store: Arc<OutboxStore>, config: Arc<CourierConfig>) {
                 error: e,
             }),
         };
-        match recorded {
-            Ok(Some(before)) => tracing::warn!(
-                before,
-                now = config.relay.shard_count,
-                "relay.shard_count changed; SQL appends now shard by the new count"
-            ),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e,
-                "cannot record relay.shard_count for SQL appends (migrate records it too)"),
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e,
+                "cannot record relay.shard_count for SQL appends (migrate records it too)");
         }
     });
 }

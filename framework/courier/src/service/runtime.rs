@@ -63,13 +63,7 @@ pub async fn migrate(
         .get()
         .await
         .map_err(crate::db::DbError::pool("record the shard count"))?;
-    if let Some(before) = crate::outbox::record_shard_count(&conn, config).await? {
-        tracing::warn!(
-            before,
-            now = config.relay.shard_count,
-            "relay.shard_count changed; SQL appends now shard by the new count"
-        );
-    }
+    crate::outbox::record_shard_count(&conn, config).await?;
     Ok(report)
 }
 
