@@ -294,22 +294,53 @@ impl ReadSetup {
     }
 
     /// Publishes `events` in order and waits until Pub/Sub stored them all.
+    /// Publishes `events` in order, each key's on its ordering key.
+    ///
+    /// The emulator, loaded by the tests running beside this one, now and then fails a publish
+    /// (a deadline). The publisher then pauses that key and fails the key's later messages too;
+    /// they are resumed and published again, in order, a few times. A failed message that did
+    /// reach the broker arrives twice, which the inbox deduplicates.
     pub async fn publish(&self, events: &[TestEvent]) -> anyhow::Result<()> {
+        const ATTEMPTS: u32 = 5;
         let publisher = self
             .pubsub
             .client()
             .publisher(&self.subscription.topic, Duration::from_millis(5))
             .await?;
-        for chunk in events.chunks(5_000) {
-            let pending: Vec<_> = chunk
-                .iter()
-                .map(|e| publisher.publish(e.message()))
-                .collect();
-            for result in futures::future::join_all(pending).await {
-                result?;
+        let mut pending: Vec<&TestEvent> = events.iter().collect();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut failed = Vec::new();
+            let mut last_error = None;
+            for chunk in pending.chunks(5_000) {
+                let sent = chunk.iter().map(|e| publisher.publish(e.message()));
+                for (event, result) in chunk.iter().zip(futures::future::join_all(sent).await) {
+                    if let Err(e) = result {
+                        failed.push(*event);
+                        last_error = Some(e);
+                    }
+                }
             }
+            let Some(error) = last_error else {
+                return Ok(());
+            };
+            if attempt == ATTEMPTS {
+                anyhow::bail!(
+                    "{} of {} events still unpublished after {ATTEMPTS} attempts: {error}",
+                    failed.len(),
+                    events.len()
+                );
+            }
+            tracing::warn!(failed = failed.len(), attempt, %error, "test publish failed; publishing again");
+            let keys: std::collections::HashSet<&str> =
+                failed.iter().map(|e| e.key.as_str()).collect();
+            for key in keys {
+                publisher.resume_publish(key);
+            }
+            tokio::time::sleep(Duration::from_millis(200) * attempt).await;
+            pending = failed;
         }
-        Ok(())
     }
 
     pub async fn scalar(&self, sql: &str) -> i64 {
