@@ -15,7 +15,7 @@ use std::time::Duration;
 use tls::{Tls, TlsError, TlsStream};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, GenericClient, Statement};
+use tokio_postgres::{Client, GenericClient, Row, Statement};
 
 /// The pool every framework component shares.
 pub type PgPool = bb8::Pool<CachingManager>;
@@ -114,17 +114,18 @@ impl<'a> PgTransaction<'a> {
     /// future's first poll, and one that had to prepare first would let the COMMIT overtake
     /// it (tests/write_side.rs checks that a failing last statement rolls everything back).
     /// A transaction of this one statement is a single round trip: BEGIN, it, and COMMIT.
-    pub async fn execute_and_commit(
+    /// Returns the statement's rows.
+    pub async fn query_and_commit(
         mut self,
         statement: &Statement,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, tokio_postgres::Error> {
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let begun = self.begun();
         self.ended = true;
         // `join!` polls in order: the statement's request is queued, then the COMMIT's.
         let (begun, executed, committed) = futures::join!(
             begun,
-            self.client.execute(statement, params),
+            self.client.query(statement, params),
             self.client.batch_execute("COMMIT")
         );
         begun?;

@@ -22,6 +22,8 @@ pub const OUTBOX_PUBLISH_LATENCY: &str = "outbox_publish_latency";
 pub const OUTBOX_DEAD_TOTAL: &str = "outbox_dead_total";
 /// Events appended (counter).
 pub const OUTBOX_APPENDED_TOTAL: &str = "courier_outbox_appended_total";
+/// Appends skipped as replays: a version appended before with the same cause (counter).
+pub const OUTBOX_REPLAYED_APPENDS_TOTAL: &str = "courier_outbox_replayed_appends_total";
 /// Rows per non-empty claim (histogram).
 pub const OUTBOX_CLAIM_BATCH_SIZE: &str = "courier_outbox_claim_batch_size";
 /// Shards this process owns (gauge).
@@ -211,6 +213,7 @@ pub fn register_all() {
         OUTBOX_PUBLISH_ERROR_TOTAL,
         OUTBOX_DEAD_TOTAL,
         OUTBOX_APPENDED_TOTAL,
+        OUTBOX_REPLAYED_APPENDS_TOTAL,
         OUTBOX_BROKER_FAILURES_TOTAL,
         PROJECTION_PROCESS_SUCCESS_TOTAL,
         PROJECTION_PROCESS_ERROR_TOTAL,

@@ -132,6 +132,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0020_sql_append",
             sql: include_str!("../../../migrations/courier/0020_sql_append.sql"),
         },
+        Migration {
+            version: 21,
+            name: "0021_caused_appends",
+            sql: include_str!("../../../migrations/courier/0021_caused_appends.sql"),
+        },
     ],
 };
 

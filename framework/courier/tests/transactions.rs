@@ -7,7 +7,7 @@ use courier_testkit::TestDb;
 use tokio_postgres::Client;
 
 const CREATE: &str = "CREATE TABLE notes (id int PRIMARY KEY)";
-const INSERT: &str = "INSERT INTO notes (id) VALUES ($1)";
+const INSERT: &str = "INSERT INTO notes (id) VALUES ($1) RETURNING id";
 
 async fn notes(conn: &Client) -> anyhow::Result<i64> {
     Ok(conn
@@ -68,12 +68,12 @@ async fn a_transaction_of_one_statement_commits_or_leaves_nothing() -> anyhow::R
 
     // BEGIN, the statement and COMMIT go out together.
     let tx = conn.transaction().await?;
-    assert_eq!(tx.execute_and_commit(&insert, &[&1]).await?, 1);
+    assert_eq!(tx.query_and_commit(&insert, &[&1]).await?.len(), 1);
     assert_eq!(notes(&conn).await?, 1);
 
     // A failing only statement: the COMMIT behind it rolls back.
     let tx = conn.transaction().await?;
-    assert!(tx.execute_and_commit(&insert, &[&1]).await.is_err());
+    assert!(tx.query_and_commit(&insert, &[&1]).await.is_err());
     assert_eq!(notes(&conn).await?, 1);
     assert_eq!(open_transaction(&conn).await?, None);
     Ok(())

@@ -1005,6 +1005,154 @@ async fn invalid_events_are_rejected_and_nothing_is_written() -> anyhow::Result<
     Ok(())
 }
 
+/// An append that names its cause is written once per cause (0021_caused_appends.sql): the
+/// same version appended again with the same `causation_id` (a replayed event re-running the
+/// projection that emitted it) writes nothing and says so; another cause, or none, is still a
+/// conflict. Every form of the statement: pooled and plain transactions, one shard and many,
+/// with and without the wake-up, appended and committed together; and a second transaction
+/// appending the same cause waits for the first and then skips.
+#[tokio::test]
+async fn an_append_caused_by_an_event_is_written_once_per_cause() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let pubsub = TestPubSub::get().await?;
+    let config = test_config(&db, &pubsub);
+    let outbox = Outbox::new(&config);
+    let caused = |key: &str, version: i64, cause: &str| {
+        event("valid.topic", key, version).with_causation_id(cause)
+    };
+    const ROWS: &str = "SELECT count(*) FROM courier.outbox";
+    let mut conn = db.pool.get().await?;
+
+    let tx = conn.transaction().await?;
+    let first = outbox.append(&tx, caused("a", 1, "cause-1")).await?;
+    assert!(!first.replay);
+    tx.commit().await?;
+    let tx = conn.transaction().await?;
+    let again = outbox.append(&tx, caused("a", 1, "cause-1")).await?;
+    assert!(again.replay, "{again:?}");
+    tx.commit().await?;
+    assert_eq!(count(&db, ROWS).await, 1);
+
+    // In one call with new versions, a caused and an uncaused one: only the replay is skipped.
+    let tx = conn.transaction().await?;
+    let appended = outbox
+        .append_all(
+            &tx,
+            vec![
+                caused("a", 1, "cause-1"),
+                caused("a", 2, "cause-2"),
+                event("valid.topic", "a", 3),
+            ],
+        )
+        .await?;
+    tx.commit().await?;
+    let replays: Vec<bool> = appended.iter().map(|a| a.replay).collect();
+    assert_eq!(replays, [true, false, false]);
+    let ids: Vec<uuid::Uuid> = db
+        .client()
+        .await?
+        .query(
+            "SELECT id FROM courier.outbox WHERE version > 1 ORDER BY version",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(ids, [appended[1].event_id, appended[2].event_id]);
+
+    // Another cause of a recorded version, or none, is a conflict, and writes nothing.
+    for (conflicting, what) in [
+        (caused("a", 1, "cause-9"), "another cause"),
+        (event("valid.topic", "a", 1), "no cause"),
+        (caused("a", 3, "cause-3"), "a cause for an uncaused version"),
+    ] {
+        let tx = conn.transaction().await?;
+        let err = outbox
+            .append_all(&tx, vec![caused("b", 1, "cause-b"), conflicting])
+            .await
+            .expect_err(what);
+        assert!(err.is_conflict() && !err.is_transient(), "{what}: {err}");
+    }
+    assert_eq!(count(&db, ROWS).await, 3);
+
+    // Events of several shards (the many-shard wake), and the quiet form.
+    let other = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|key| {
+            courier::outbox::shard_of(key, config.relay.shard_count)
+                != courier::outbox::shard_of("a", config.relay.shard_count)
+        })
+        .expect("a key of another shard");
+    for outbox in [outbox.clone(), outbox.clone().without_wakeups()] {
+        let tx = conn.transaction().await?;
+        let appended = outbox
+            .append_all(
+                &tx,
+                vec![caused("a", 2, "cause-2"), caused(&other, 1, "cause-o")],
+            )
+            .await?;
+        tx.commit().await?;
+        let replays: Vec<bool> = appended.iter().map(|a| a.replay).collect();
+        assert!(replays[0], "{appended:?}");
+        assert_eq!(count(&db, ROWS).await, 4, "{appended:?}");
+    }
+
+    // Appended and committed in one round trip.
+    let tx = conn.transaction().await?;
+    let appended = outbox
+        .append_all_and_commit(
+            tx,
+            vec![caused(&other, 1, "cause-o"), caused("a", 4, "cause-4")],
+        )
+        .await?;
+    assert_eq!(
+        appended.iter().map(|a| a.replay).collect::<Vec<_>>(),
+        [true, false]
+    );
+    assert_eq!(count(&db, ROWS).await, 5);
+
+    // A plain tokio-postgres transaction (statements not prepared).
+    let mut plain = db.client().await?;
+    let tx = plain.transaction().await?;
+    assert!(outbox.append(&tx, caused("a", 4, "cause-4")).await?.replay);
+    assert!(!outbox.append(&tx, caused("a", 5, "cause-5")).await?.replay);
+    tx.commit().await?;
+    assert_eq!(count(&db, ROWS).await, 6);
+
+    // Two transactions appending one cause's version: the second waits for the first, and
+    // skips once the first commits.
+    let tx = conn.transaction().await?;
+    assert!(!outbox.append(&tx, caused("c", 1, "cause-c")).await?.replay);
+    let waiting = {
+        let (pool, outbox) = (db.pool.clone(), outbox.clone());
+        tokio::spawn(async move {
+            let mut conn = pool.get().await?;
+            let tx = conn.transaction().await?;
+            let appended = outbox.append(&tx, caused("c", 1, "cause-c")).await?;
+            tx.commit().await?;
+            anyhow::Ok(appended)
+        })
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the second append to wait",
+        || async {
+            count(
+            &db,
+            "SELECT count(*) FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0",
+        )
+        .await
+            == 1
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    assert!(waiting.await??.replay);
+    assert_eq!(count(&db, ROWS).await, 7);
+    Ok(())
+}
+
 /// The business rows commit exactly when the events do, with the COMMIT pipelined behind the
 /// insert: a failing insert (here a version conflict) rolls the business row back, which it
 /// would not if the COMMIT overtook the insert; an invalid event sends nothing.

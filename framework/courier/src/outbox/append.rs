@@ -10,7 +10,7 @@ use crate::outbox::shard::shard_of;
 use chrono::{DateTime, Utc};
 use std::future::Future;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Transaction;
+use tokio_postgres::{Row, Transaction};
 use uuid::Uuid;
 
 /// Why an append failed. Nothing was written in either case.
@@ -53,12 +53,13 @@ impl AppendError {
 /// [`Transaction`] has no statement cache, so there it is parsed and planned each time, in the
 /// same single round trip.
 pub trait AppendTransaction {
-    /// Runs `sql` with `params` (each with the type the statement declares for it).
+    /// Runs `sql` with `params` (each with the type the statement declares for it) and returns
+    /// its rows.
     fn run_append(
         &self,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> impl Future<Output = Result<(), tokio_postgres::Error>>;
+    ) -> impl Future<Output = Result<Vec<Row>, tokio_postgres::Error>>;
 }
 
 impl AppendTransaction for Transaction<'_> {
@@ -66,8 +67,8 @@ impl AppendTransaction for Transaction<'_> {
         &self,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<(), tokio_postgres::Error> {
-        self.query_typed(sql, params).await.map(drop)
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.query_typed(sql, params).await
     }
 }
 
@@ -76,9 +77,9 @@ impl AppendTransaction for PgTransaction<'_> {
         &self,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<(), tokio_postgres::Error> {
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let statement = self.prepared(sql).await?;
-        self.execute(&statement, &untyped(params)).await.map(drop)
+        self.query(&statement, &untyped(params)).await
     }
 }
 
@@ -88,19 +89,81 @@ fn untyped<'a>(params: &[(&'a (dyn ToSql + Sync), Type)]) -> Vec<&'a (dyn ToSql 
 }
 
 /// Appends events to one schema's outbox.
+///
+/// An event that names its cause (`causation_id`, e.g. the id of the event a projection
+/// consumed) is appended once per cause: appending the same version of its aggregate again
+/// with the same cause — a redelivered or replayed event re-running the projection that emitted
+/// it — writes nothing and is returned as a [replay](Appended::replay), for as long as the
+/// version ledger remembers the version (`retention.version_hours`, by default the 7 days a
+/// Seek can go back). The same version with another cause, or none, is refused as a conflict.
 #[derive(Debug, Clone)]
 pub struct Outbox {
     shard_count: u32,
     /// NOTIFY channel the relay's listener LISTENs on.
     channel: String,
-    append_sql: String,
-    /// The same for events that all go to one shard (most appends: see
-    /// queries/wake_idle_shard.sql).
-    append_one_shard_sql: String,
-    /// The same insert without the wake-up.
-    append_quiet_sql: String,
+    /// The statements for appends of events without a cause.
+    plain: AppendStatements,
+    /// The statements for appends some of whose events name their cause.
+    caused: AppendStatements,
     /// Whether appends wake an idle relay (see [`Outbox::without_wakeups`]).
     wakeups: bool,
+}
+
+/// The forms of one kind of append's statement: the version ledger, the rows, and a wake-up
+/// NOTIFY for the events' idle shards, in one statement.
+#[derive(Debug, Clone)]
+struct AppendStatements {
+    many_shards: String,
+    /// For events that all go to one shard (most appends: see queries/wake_idle_shard.sql).
+    one_shard: String,
+    /// Without the wake-up.
+    quiet: String,
+    /// The parameters of the quiet form; the wake channel follows them, then the one shard.
+    columns: usize,
+}
+
+impl AppendStatements {
+    fn new(schema: &str, caused: bool) -> Self {
+        let (versions, insert, columns) = if caused {
+            (
+                include_str!("queries/record_caused_versions.sql"),
+                include_str!("queries/insert_caused_events.sql"),
+                12,
+            )
+        } else {
+            (
+                include_str!("queries/record_versions.sql"),
+                include_str!("queries/insert_events.sql"),
+                11,
+            )
+        };
+        let versions = render(versions, schema);
+        let insert = render(insert, schema);
+        let wake = |sql: &str| {
+            render(sql, schema)
+                .replace("{channel}", &format!("${}", columns + 1))
+                .replace("{shard}", &format!("${}", columns + 2))
+        };
+        let with_wake = |wake: String| {
+            if caused {
+                // The ids of the rows written tell replays apart; the wake runs (once) when
+                // a row is written.
+                format!(
+                    "WITH versions AS (\n{versions}\n), inserted AS (\n{insert}\n), \
+                     woken AS (\n{wake}\n)\n\
+                     SELECT id FROM inserted WHERE (SELECT count(*) FROM woken) >= 0"
+                )
+            } else {
+                format!("WITH versions AS (\n{versions}\n), inserted AS (\n{insert}\n)\n{wake}")
+            }
+        };
+        Self {
+            many_shards: with_wake(wake(include_str!("queries/wake_idle_shards.sql"))),
+            one_shard: with_wake(wake(include_str!("queries/wake_idle_shard.sql"))),
+            quiet: format!("WITH versions AS (\n{versions}\n)\n{insert}"),
+            columns,
+        }
+    }
 }
 
 /// The NOTIFY channel of a schema's outbox.
@@ -157,24 +220,19 @@ pub struct Appended {
     pub aggregate_id: String,
     pub version: i64,
     pub shard: u32,
+    /// The version was appended before with the same `causation_id`: this append wrote
+    /// nothing (see [`Outbox`]), and `event_id` names no row.
+    pub replay: bool,
 }
 
 impl Outbox {
     pub fn new(config: &CourierConfig) -> Self {
         let schema = &config.database.schema;
-        let versions = render(include_str!("queries/record_versions.sql"), schema);
-        let insert = render(include_str!("queries/insert_events.sql"), schema);
-        let wake = render(include_str!("queries/wake_idle_shards.sql"), schema);
-        let wake_one = render(include_str!("queries/wake_idle_shard.sql"), schema);
-        let with_wake = |wake: &str| {
-            format!("WITH versions AS (\n{versions}\n), inserted AS (\n{insert}\n)\n{wake}")
-        };
         Self {
             shard_count: config.relay.shard_count,
             channel: wake_channel(schema),
-            append_sql: with_wake(&wake),
-            append_one_shard_sql: with_wake(&wake_one),
-            append_quiet_sql: format!("WITH versions AS (\n{versions}\n)\n{insert}"),
+            plain: AppendStatements::new(schema, false),
+            caused: AppendStatements::new(schema, true),
             wakeups: true,
         }
     }
@@ -207,16 +265,17 @@ impl Outbox {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let (rows, appended) = self.rows(events)?;
+        let (rows, mut appended) = self.rows(events)?;
         let (sql, param_count) = self.insert(&rows);
         let params = rows.params(&self.channel);
-        tx.run_append(sql, &params[..param_count])
+        let count = appended.len();
+        let context = || format!("append {count} events to outbox");
+        let written = tx
+            .run_append(sql, &params[..param_count])
             .await
-            .map_err(DbError::query(format!(
-                "append {} events to outbox",
-                appended.len()
-            )))?;
-        metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(appended.len() as u64);
+            .map_err(DbError::query(context()))?;
+        rows.note_replays(&mut appended, &written)
+            .map_err(DbError::query(context()))?;
         Ok(appended)
     }
 
@@ -243,8 +302,9 @@ impl Outbox {
         tx: PgTransaction<'_>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<Appended>, AppendError> {
-        let (rows, appended) = self.rows(events)?;
-        let context = || format!("append {} events to outbox and commit", appended.len());
+        let (rows, mut appended) = self.rows(events)?;
+        let count = appended.len();
+        let context = || format!("append {count} events to outbox and commit");
         if appended.is_empty() {
             tx.commit().await.map_err(DbError::query(context()))?;
             return Ok(appended);
@@ -252,22 +312,30 @@ impl Outbox {
         let (sql, param_count) = self.insert(&rows);
         let statement = tx.prepared(sql).await.map_err(DbError::query(context()))?;
         let params = rows.params(&self.channel);
-        tx.execute_and_commit(&statement, &untyped(&params[..param_count]))
+        let written = tx
+            .query_and_commit(&statement, &untyped(&params[..param_count]))
             .await
             .map_err(DbError::query(context()))?;
-        metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(appended.len() as u64);
+        rows.note_replays(&mut appended, &written)
+            .map_err(DbError::query(context()))?;
         Ok(appended)
     }
 
     /// The insert for `rows`, with the wake-up or without it (see [`Outbox::without_wakeups`]),
     /// and how many of [`AppendRows::params`] it takes (the wake channel, then the one shard).
     fn insert(&self, rows: &AppendRows) -> (&str, usize) {
-        if !self.wakeups {
-            (&self.append_quiet_sql, 11)
-        } else if rows.shards.iter().all(|&shard| shard == rows.first_shard) {
-            (&self.append_one_shard_sql, 13)
+        let statements = if rows.caused {
+            &self.caused
         } else {
-            (&self.append_sql, 12)
+            &self.plain
+        };
+        let columns = statements.columns;
+        if !self.wakeups {
+            (&statements.quiet, columns)
+        } else if rows.shards.iter().all(|&shard| shard == rows.first_shard) {
+            (&statements.one_shard, columns + 2)
+        } else {
+            (&statements.many_shards, columns + 1)
         }
     }
 
@@ -303,6 +371,7 @@ impl Outbox {
                 aggregate_id: event.aggregate_id.clone(),
                 version: event.version,
                 shard,
+                replay: false,
             });
             rows.ids.push(event.event_id);
             // shard < shard_count ≤ 1024 fits in i32.
@@ -319,6 +388,8 @@ impl Outbox {
             rows.schema_versions.push(event.schema_version);
             rows.payloads.push(event.payload);
             rows.occurred.push(event.occurred_at);
+            rows.caused |= event.causation_id.is_some();
+            rows.causations.push(event.causation_id);
         }
         Ok((rows, appended))
     }
@@ -339,6 +410,10 @@ struct AppendRows {
     payloads: Vec<Vec<u8>>,
     attributes: Vec<serde_json::Value>,
     occurred: Vec<DateTime<Utc>>,
+    /// Each event's `causation_id`.
+    causations: Vec<Option<String>>,
+    /// Some event names its cause: the caused appends' statements, which skip replays.
+    caused: bool,
 }
 
 impl AppendRows {
@@ -356,13 +431,15 @@ impl AppendRows {
             payloads: Vec::with_capacity(n),
             attributes: Vec::with_capacity(n),
             occurred: Vec::with_capacity(n),
+            causations: Vec::with_capacity(n),
+            caused: false,
         }
     }
 
-    /// The insert's parameters, each with its declared type; the wake channel and the first
-    /// event's shard last.
-    fn params<'a>(&'a self, channel: &'a String) -> [(&'a (dyn ToSql + Sync), Type); 13] {
-        [
+    /// The insert's parameters, each with its declared type: the columns, the causes (for
+    /// the caused appends' statements), then the wake channel and the first event's shard.
+    fn params<'a>(&'a self, channel: &'a String) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+        let mut params: Vec<(&'a (dyn ToSql + Sync), Type)> = vec![
             (&self.ids, Type::UUID_ARRAY),
             (&self.shards, Type::INT4_ARRAY),
             (&self.topics, Type::TEXT_ARRAY),
@@ -374,8 +451,38 @@ impl AppendRows {
             (&self.payloads, Type::BYTEA_ARRAY),
             (&self.attributes, Type::JSONB_ARRAY),
             (&self.occurred, Type::TIMESTAMPTZ_ARRAY),
-            (channel, Type::TEXT),
-            (&self.first_shard, Type::INT4),
-        ]
+        ];
+        if self.caused {
+            params.push((&self.causations, Type::TEXT_ARRAY));
+        }
+        params.push((channel, Type::TEXT));
+        params.push((&self.first_shard, Type::INT4));
+        params
+    }
+
+    /// Marks as replays the events of a caused append that `written` (the ids of the rows its
+    /// statement returned) lacks, and counts what was written.
+    fn note_replays(
+        &self,
+        appended: &mut [Appended],
+        written: &[Row],
+    ) -> Result<(), tokio_postgres::Error> {
+        let mut replays = 0;
+        if self.caused {
+            let written = written
+                .iter()
+                .map(|row| row.try_get::<_, Uuid>(0))
+                .collect::<Result<std::collections::HashSet<_>, _>>()?;
+            for event in appended.iter_mut() {
+                event.replay = !written.contains(&event.event_id);
+                replays += u64::from(event.replay);
+            }
+        }
+        let total = appended.len() as u64;
+        metrics::counter!(crate::metrics::OUTBOX_APPENDED_TOTAL).increment(total - replays);
+        if replays > 0 {
+            metrics::counter!(crate::metrics::OUTBOX_REPLAYED_APPENDS_TOTAL).increment(replays);
+        }
+        Ok(())
     }
 }

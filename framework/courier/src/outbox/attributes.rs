@@ -11,6 +11,7 @@
 //!   32 and 16 lowercase hex digits, and the whole `traceparent` header) ([`OPTIONAL`]).
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use google_cloud_pubsub::model::Message;
 use std::collections::BTreeMap;
 
 pub const EVENT_ID: &str = "event_id";
@@ -88,6 +89,24 @@ pub struct RequiredFields<'a> {
     pub version: i64,
     pub occurred_at: DateTime<Utc>,
     pub schema_version: i32,
+}
+
+/// The Pub/Sub message an outbox row is published as: its payload, its aggregate id as the
+/// ordering key, and the attributes of `fields` plus the row's optional ones as stored (JSON
+/// strings; other values are left out).
+pub fn message(
+    fields: RequiredFields<'_>,
+    optional: &serde_json::Map<String, serde_json::Value>,
+    payload: Vec<u8>,
+) -> Message {
+    let ordering_key = fields.aggregate_id.to_owned();
+    let optional = optional
+        .iter()
+        .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
+    Message::new()
+        .set_data(payload)
+        .set_ordering_key(ordering_key)
+        .set_attributes(build(fields, optional))
 }
 
 /// Builds the attribute map from the required fields plus optional `(key, value)` pairs.

@@ -6,11 +6,7 @@ use google_cloud_pubsub::model::Message as PubSubMessage;
 
 /// The message for `row`: payload, ordering key and attributes.
 pub fn message_for(row: &ClaimedRow) -> PubSubMessage {
-    let optional = row
-        .optional_attributes
-        .iter()
-        .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
-    let attributes = attributes::build(
+    attributes::message(
         RequiredFields {
             event_id: row.event_id,
             event_type: &row.event_type,
@@ -20,10 +16,7 @@ pub fn message_for(row: &ClaimedRow) -> PubSubMessage {
             occurred_at: row.occurred_at,
             schema_version: row.schema_version,
         },
-        optional,
-    );
-    PubSubMessage::new()
-        .set_data(row.payload.clone())
-        .set_ordering_key(row.aggregate_id.clone())
-        .set_attributes(attributes)
+        &row.optional_attributes,
+        row.payload.clone(),
+    )
 }
