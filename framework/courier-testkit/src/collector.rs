@@ -1,4 +1,5 @@
 use crate::TestPubSub;
+use courier::pubsub::PubSub;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -25,9 +26,15 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// Starts collecting from `subscription` on the current runtime.
+    /// Starts collecting from `subscription` of the shared test project on the current
+    /// runtime.
     pub async fn start(pubsub: &TestPubSub, subscription: &str) -> anyhow::Result<Self> {
-        let client = pubsub.client();
+        Self::start_on(&pubsub.client(), subscription).await
+    }
+
+    /// Starts collecting from `subscription` of `client`'s project (an isolated one:
+    /// [`TestPubSub::isolated_config`]).
+    pub async fn start_on(client: &PubSub, subscription: &str) -> anyhow::Result<Self> {
         let subscriber = client.subscriber().await?;
         let mut stream = subscriber
             .subscribe(client.subscription_path(subscription))

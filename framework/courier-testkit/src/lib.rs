@@ -14,20 +14,28 @@
 //! - [`TlsPostgres`]: a PostgreSQL cluster of the test's own that accepts TLS only, with a
 //!   certificate from a CA made for the test.
 //! - [`generic_plan`]: the plan PostgreSQL keeps for a prepared statement, as `EXPLAIN` prints it.
+//! - [`Api`]: JSON over HTTP against a running service.
+//! - [`ServiceStack`]: any set of services migrated, provisioned and running in this process
+//!   on a database and an emulator project of their own; collects what a topic receives and
+//!   delivers a published event again without stopping anything.
 
+mod api;
 mod broker_proxy;
 mod collector;
 mod db;
 mod emulator;
 mod plans;
+mod services;
 mod tls_postgres;
 mod wait;
 
+pub use api::{Api, Reply};
 pub use broker_proxy::BrokerProxy;
 pub use collector::{Collector, Received};
 pub use db::TestDb;
 pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
 pub use plans::generic_plan;
+pub use services::{run_options, Declaration, ServiceStack};
 pub use tls_postgres::TlsPostgres;
 pub use wait::wait_until;
 

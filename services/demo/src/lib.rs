@@ -7,7 +7,10 @@
 //! - [`client`]: a small JSON-over-HTTP client for their APIs.
 //! - [`scenario`]: the demo's scripted story and the table of what flowed where.
 
-pub mod client;
+/// A small JSON-over-HTTP client for the services' APIs (the test kit's).
+pub mod client {
+    pub use courier_testkit::{Api, Reply};
+}
 pub mod scenario;
 pub mod stack;
 

@@ -1,5 +1,5 @@
 //! JSON over HTTP against a running service (awc: the actix client, so it needs an actix or
-//! tokio-local runtime, such as `#[actix_rt::test]`).
+//! tokio-local runtime, such as `#[actix_rt::test]`). The demo drives its story with it too.
 
 use anyhow::Context as _;
 use awc::http::Method;
@@ -105,6 +105,37 @@ impl Api {
         content_type: &str,
         body: &str,
     ) -> anyhow::Result<Reply> {
+        let (status, bytes) = self
+            .exchange(method.clone(), path, content_type, body)
+            .await?;
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).with_context(|| {
+                format!(
+                    "{method} {}{path}: body is not JSON: {}",
+                    self.base,
+                    String::from_utf8_lossy(&bytes)
+                )
+            })?
+        };
+        Ok(Reply { status, body })
+    }
+
+    /// GETs `path` as text (`/metrics`, …): its status and body.
+    pub async fn get_text(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let (status, bytes) = self.exchange(Method::GET, path, "", "").await?;
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// One request: its status and body (at most 1 MiB).
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: &str,
+    ) -> anyhow::Result<(u16, bytes::Bytes)> {
         let url = format!("{}{path}", self.base);
         let mut request = self.client.request(method.clone(), &url);
         if let Some(token) = &self.token {
@@ -125,19 +156,6 @@ impl Api {
             .limit(1 << 20)
             .await
             .map_err(|e| anyhow::anyhow!("{method} {url}: reading the body: {e}"))?;
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).with_context(|| {
-                format!(
-                    "{method} {url}: body is not JSON: {}",
-                    String::from_utf8_lossy(&bytes)
-                )
-            })?
-        };
-        Ok(Reply {
-            status: response.status().as_u16(),
-            body,
-        })
+        Ok((response.status().as_u16(), bytes))
     }
 }
