@@ -1,9 +1,9 @@
-//! The catalog and engagement services together, as the demo runs them and as the
+//! The catalog, engagement and search services together, as the demo runs them and as the
 //! cross-service tests check them: in one process, each with its own schema, database role,
 //! HTTP port and Pub/Sub subscriptions, talking to each other only through events.
 //!
 //! # Layout
-//! - [`stack`]: migrate, provision and start both services.
+//! - [`stack`]: migrate, provision and start the three services.
 //! - [`client`]: a small JSON-over-HTTP client for their APIs.
 //! - [`scenario`]: the demo's scripted story and the table of what flowed where.
 

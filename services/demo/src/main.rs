@@ -1,4 +1,4 @@
-//! `courier-demo`: both services on the local default stack, a scripted story through their
+//! `courier-demo`: the three services on the local default stack, a scripted story through their
 //! HTTP APIs, a table of what flowed where, then serving until Ctrl-C.
 
 use anyhow::Context as _;
@@ -21,19 +21,22 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "courier-demo",
     version,
-    about = "Runs the catalog and engagement services, drives a short story through their HTTP \
-             APIs and prints what flowed where",
+    about = "Runs the catalog, engagement and search services, drives a short story through \
+             their HTTP APIs and prints what flowed where",
     after_help = "Example (PostgreSQL and the emulator must be up; scripts/demo starts them):\n  \
                   PUBSUB_EMULATOR_HOST=127.0.0.1:8085 courier-demo --exit"
 )]
 struct Args {
     /// The catalog's config; COURIER_* variables are NOT applied to it (they would apply to
-    /// both services), PUBSUB_EMULATOR_HOST is.
+    /// every service), PUBSUB_EMULATOR_HOST is.
     #[arg(long, default_value = "deploy/local/catalog.toml")]
     catalog_config: PathBuf,
     /// The engagement service's config.
     #[arg(long, default_value = "deploy/local/engagement.toml")]
     engagement_config: PathBuf,
+    /// The search service's config.
+    #[arg(long, default_value = "deploy/local/search.toml")]
+    search_config: PathBuf,
     /// Exit after the table instead of serving until Ctrl-C.
     #[arg(long)]
     exit: bool,
@@ -64,27 +67,33 @@ fn load(path: &PathBuf) -> anyhow::Result<CourierConfig> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let catalog = load(&args.catalog_config)?;
-    let engagement = load(&args.engagement_config)?;
+    let configs = stack::Configs {
+        catalog: load(&args.catalog_config)?,
+        engagement: load(&args.engagement_config)?,
+        search: load(&args.search_config)?,
+    };
     let wait = Duration::from_secs(args.wait_secs);
 
     println!("== preparing: databases, roles, schemas, topics, subscriptions");
-    for line in stack::prepare(&catalog, &engagement).await? {
+    for line in stack::prepare(&configs).await? {
         println!("   {line}");
     }
     let options = RunOptions::default();
-    let running = stack::Stack::start(&catalog, &engagement, options).await?;
+    let running = stack::Stack::start(&configs, options).await?;
     println!(
-        "== running: catalog on http://{}, engagement on http://{}",
-        running.catalog.addr, running.engagement.addr
+        "== running: catalog on http://{}, engagement on http://{}, search on http://{}",
+        running.catalog.addr, running.engagement.addr, running.search.addr
     );
 
     // The database may hold earlier runs' events: the table counts this run's.
     let started = chrono::Utc::now();
     println!("== the story");
     let story = scenario::run(
-        &running.catalog_api(),
-        &running.engagement_api(),
+        &scenario::Apis {
+            catalog: running.catalog_api(),
+            engagement: running.engagement_api(),
+            search: running.search_api(),
+        },
         wait,
         |line| println!("   {line}"),
     )
@@ -97,7 +106,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
 
-    let admin = admin_client(&catalog).await?;
+    let admin = admin_client(&configs.catalog).await?;
     let deadline = tokio::time::Instant::now() + wait;
     let flows = loop {
         let flows = scenario::flows(&admin, started).await?;

@@ -1,4 +1,4 @@
-//! The demo's story, told through the two services' HTTP APIs, and the table of what flowed
+//! The demo's story, told through the services' HTTP APIs, and the table of what flowed
 //! where, read from the databases themselves (not from the framework's counters).
 
 use crate::client::{Api, Reply};
@@ -44,15 +44,23 @@ fn expect(reply: Reply, status: u16, what: &str) -> anyhow::Result<Reply> {
     Ok(reply)
 }
 
+/// The services' APIs.
+pub struct Apis {
+    pub catalog: Api,
+    pub engagement: Api,
+    pub search: Api,
+}
+
 /// Runs the story: creates videos, views, likes, an unlike, watch progress, a read of one's
-/// own write, a title update, a delete and a like the engagement service refuses. `say`
-/// receives one line per request. `wait` bounds each wait for the other service to catch up.
+/// own write, a title update, searches, a delete and a like the engagement service refuses.
+/// `say` receives one line per request. `wait` bounds each wait for another service to catch
+/// up.
 pub async fn run(
-    catalog: &Api,
-    engagement: &Api,
+    apis: &Apis,
     wait: Duration,
     mut say: impl FnMut(String),
 ) -> anyhow::Result<Story> {
+    let (catalog, engagement, search) = (&apis.catalog, &apis.engagement, &apis.search);
     let mut story = Story::default();
     let uploader = Uuid::new_v4();
     for title in ["Cats at work", "Dogs at play", "Birds at dawn"] {
@@ -139,6 +147,15 @@ pub async fn run(
         "catalog    PATCH {path} title -> 200 v{}",
         reply.int("version").unwrap_or(0)
     ));
+
+    // The search service indexes the new title (its projection of the catalog's events).
+    let path = "/search?q=director";
+    let reply = until_found(search, path, v[1], wait).await?;
+    say(format!(
+        "search     GET {path} -> 200 {} hit(s), first {}",
+        reply.body["hits"].as_array().map_or(0, Vec::len),
+        reply.body["hits"][0]["title"]
+    ));
     let path = format!("/videos/{}?reason=uploader%20request", v[2]);
     let reply = expect(catalog.delete(&path).await?, 200, "delete video")?;
     say(format!(
@@ -170,6 +187,32 @@ pub async fn run(
     Ok(story)
 }
 
+/// Searches `path` until `video` is among the hits, up to `wait`; returns the last answer.
+async fn until_found(
+    search: &Api,
+    path: &str,
+    video: Uuid,
+    wait: Duration,
+) -> anyhow::Result<Reply> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let reply = expect(search.get(path).await?, 200, "search")?;
+        let found = reply.body["hits"]
+            .as_array()
+            .is_some_and(|hits| hits.iter().any(|hit| hit["video_id"] == video.to_string()));
+        if found {
+            return Ok(reply);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "search {path}: video {video} not found within {wait:?}: {}",
+                reply.body
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// One event flow: a producer's topic into a consumer group's projection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flow {
@@ -186,12 +229,18 @@ pub struct Flow {
     pub lag_max_ms: f64,
 }
 
-const FLOWS: [(&str, &str, &str, &str); 2] = [
+const FLOWS: [(&str, &str, &str, &str); 3] = [
     (
         "catalog",
         "catalog.video.events",
         "engagement",
         "engagement_reader",
+    ),
+    (
+        "catalog",
+        "catalog.video.events",
+        "search",
+        "search_indexer",
     ),
     (
         "engagement",
@@ -201,7 +250,7 @@ const FLOWS: [(&str, &str, &str, &str); 2] = [
     ),
 ];
 
-/// Reads both flows from the databases (an admin connection that sees both schemas), counting
+/// Reads the flows from the databases (an admin connection that sees every schema), counting
 /// only events written since `since` (a database kept from earlier runs holds theirs too).
 pub async fn flows(
     admin: &tokio_postgres::Client,

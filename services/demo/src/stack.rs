@@ -1,4 +1,4 @@
-//! Both services, migrated, provisioned and running in this process.
+//! The three services, migrated, provisioned and running in this process.
 
 use crate::client::Api;
 use anyhow::Context as _;
@@ -9,20 +9,26 @@ use std::time::Duration;
 pub struct Stack {
     pub catalog: RunningService,
     pub engagement: RunningService,
+    pub search: RunningService,
     catalog_token: Option<String>,
     engagement_token: Option<String>,
 }
 
-/// Migrates both services, then provisions both: every subscription exists before either
-/// service publishes (Pub/Sub keeps nothing a topic receives while it has no subscription).
-/// Returns what was done, one line each.
-pub async fn prepare(
-    catalog: &CourierConfig,
-    engagement: &CourierConfig,
-) -> anyhow::Result<Vec<String>> {
+/// Each service's config.
+pub struct Configs {
+    pub catalog: CourierConfig,
+    pub engagement: CourierConfig,
+    pub search: CourierConfig,
+}
+
+/// Migrates the services, then provisions them: every subscription exists before any service
+/// publishes (Pub/Sub keeps nothing a topic receives while it has no subscription). Returns
+/// what was done, one line each.
+pub async fn prepare(configs: &Configs) -> anyhow::Result<Vec<String>> {
     let services = [
-        (courier_catalog::service(), catalog),
-        (courier_engagement::service(), engagement),
+        (courier_catalog::service(), &configs.catalog),
+        (courier_engagement::service(), &configs.engagement),
+        (courier_search::service(), &configs.search),
     ];
     let mut lines = Vec::new();
     for (service, config) in &services {
@@ -50,29 +56,48 @@ pub async fn prepare(
 }
 
 impl Stack {
-    /// Starts both services (already prepared).
-    pub async fn start(
-        catalog: &CourierConfig,
-        engagement: &CourierConfig,
-        options: RunOptions,
-    ) -> anyhow::Result<Self> {
-        let catalog_service =
-            RunningService::start(courier_catalog::service(), catalog, options.clone())
-                .await
-                .context("start catalog")?;
-        let engagement_service =
-            match RunningService::start(courier_engagement::service(), engagement, options).await {
-                Ok(running) => running,
-                Err(e) => {
-                    catalog_service.kill();
-                    return Err(anyhow::Error::new(e).context("start engagement"));
-                }
-            };
+    /// Starts the services (already prepared); if one fails to start, those started stop.
+    pub async fn start(configs: &Configs, options: RunOptions) -> anyhow::Result<Self> {
+        let catalog = RunningService::start(
+            courier_catalog::service(),
+            &configs.catalog,
+            options.clone(),
+        )
+        .await
+        .context("start catalog")?;
+        let engagement = match RunningService::start(
+            courier_engagement::service(),
+            &configs.engagement,
+            options.clone(),
+        )
+        .await
+        {
+            Ok(running) => running,
+            Err(e) => {
+                catalog.kill();
+                return Err(anyhow::Error::new(e).context("start engagement"));
+            }
+        };
+        let search = match RunningService::start(
+            courier_search::service(),
+            &configs.search,
+            options,
+        )
+        .await
+        {
+            Ok(running) => running,
+            Err(e) => {
+                catalog.kill();
+                engagement.kill();
+                return Err(anyhow::Error::new(e).context("start search"));
+            }
+        };
         Ok(Self {
-            catalog: catalog_service,
-            engagement: engagement_service,
-            catalog_token: catalog.http.auth_token.clone(),
-            engagement_token: engagement.http.auth_token.clone(),
+            catalog,
+            engagement,
+            search,
+            catalog_token: configs.catalog.http.auth_token.clone(),
+            engagement_token: configs.engagement.http.auth_token.clone(),
         })
     }
 
@@ -84,7 +109,13 @@ impl Stack {
         Api::new(self.engagement.addr, self.engagement_token.clone())
     }
 
+    /// The search service's API (read-only: no token).
+    pub fn search_api(&self) -> Api {
+        Api::new(self.search.addr, None)
+    }
+
     pub async fn shutdown(self, grace: Duration) {
+        self.search.shutdown(grace).await;
         self.engagement.shutdown(grace).await;
         self.catalog.shutdown(grace).await;
     }

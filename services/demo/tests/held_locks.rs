@@ -22,10 +22,7 @@ async fn a_replica_locked_for_three_seconds_dead_letters_nothing_and_ends_equal_
             t.db.name
         ))
         .await?;
-    t.stack = Some(
-        courier_demo::stack::Stack::start(&t.catalog_config, &t.engagement_config, run_options())
-            .await?,
-    );
+    t.stack = Some(courier_demo::stack::Stack::start(&t.configs(), run_options()).await?);
     let catalog = t.catalog();
     let mut videos = Vec::new();
     for i in 0..10 {

@@ -37,14 +37,7 @@ async fn courier(t: &TestStack, args: &[&str]) -> anyhow::Result<()> {
 /// and a time just before the likes were written.
 async fn liked_video(likes: i64) -> anyhow::Result<(TestStack, chrono::DateTime<chrono::Utc>)> {
     let mut t = TestStack::prepared_with(None, |spec| spec.ordering = false).await?;
-    t.stack = Some(
-        courier_demo::stack::Stack::start(
-            &t.catalog_config,
-            &t.engagement_config,
-            support::run_options(),
-        )
-        .await?,
-    );
+    t.stack = Some(courier_demo::stack::Stack::start(&t.configs(), support::run_options()).await?);
     let (catalog, engagement) = (t.catalog(), t.engagement());
     let body = json!({ "uploader_id": Uuid::new_v4(), "title": "Replayed", "duration_secs": 60 });
     let video = catalog.post("/videos", &body).await?.text("aggregate_id");

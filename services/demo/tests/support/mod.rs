@@ -1,5 +1,5 @@
-//! Both services on a test's own database (schemas `catalog` and `engagement`, each owned by
-//! a role of this test) and a Pub/Sub project of its own on the emulator.
+//! The demo's services on a test's own database (schemas `catalog`, `engagement` and `search`,
+//! each owned by a role of this test) and a Pub/Sub project of its own on the emulator.
 
 #![allow(dead_code)]
 
@@ -9,7 +9,7 @@ use courier::service::RunOptions;
 use courier::supervision::EscalationHandler;
 use courier::CourierConfig;
 use courier_demo::client::Api;
-use courier_demo::stack::{self, Stack};
+use courier_demo::stack::{self, Configs, Stack};
 use courier_testkit::{test_config, TestDb, TestPubSub};
 use serde_json::json;
 use std::sync::Arc;
@@ -23,6 +23,7 @@ pub struct TestStack {
     pub pubsub: TestPubSub,
     pub catalog_config: CourierConfig,
     pub engagement_config: CourierConfig,
+    pub search_config: CourierConfig,
     pub stack: Option<Stack>,
 }
 
@@ -70,14 +71,7 @@ impl TestStack {
     /// consumer's messages come back quickly) and starts both services.
     pub async fn start(token: Option<&str>) -> anyhow::Result<Self> {
         let mut prepared = Self::prepared(token).await?;
-        prepared.stack = Some(
-            Stack::start(
-                &prepared.catalog_config,
-                &prepared.engagement_config,
-                run_options(),
-            )
-            .await?,
-        );
+        prepared.stack = Some(Stack::start(&prepared.configs(), run_options()).await?);
         Ok(prepared)
     }
 
@@ -97,10 +91,12 @@ impl TestStack {
         let project = pubsub.isolated_config();
         let catalog_config = service_config(&db, &pubsub, &project, "catalog", token);
         let engagement_config = service_config(&db, &pubsub, &project, "engagement", token);
+        let search_config = service_config(&db, &pubsub, &project, "search", None);
         let client = pubsub.client_for(&project);
         for (service, name) in [
             (courier_catalog::service(), courier_catalog::NAME),
             (courier_engagement::service(), courier_engagement::NAME),
+            (courier_search::service(), courier_search::NAME),
         ] {
             for inbound in &service.inbound {
                 let mut spec = inbound.subscription(name);
@@ -109,14 +105,25 @@ impl TestStack {
                 client.provision(&spec).await?;
             }
         }
-        stack::prepare(&catalog_config, &engagement_config).await?;
-        Ok(Self {
+        let prepared = Self {
             db,
             pubsub,
             catalog_config,
             engagement_config,
+            search_config,
             stack: None,
-        })
+        };
+        stack::prepare(&prepared.configs()).await?;
+        Ok(prepared)
+    }
+
+    /// The services' configs, as the demo's stack takes them.
+    pub fn configs(&self) -> Configs {
+        Configs {
+            catalog: self.catalog_config.clone(),
+            engagement: self.engagement_config.clone(),
+            search: self.search_config.clone(),
+        }
     }
 
     pub fn stack(&self) -> &Stack {
@@ -129,6 +136,10 @@ impl TestStack {
 
     pub fn engagement(&self) -> Api {
         self.stack().engagement_api()
+    }
+
+    pub fn search(&self) -> Api {
+        self.stack().search_api()
     }
 
     /// Rows of `sql` (a `SELECT count(*) …`) as the test's superuser, who sees both schemas.
@@ -156,6 +167,7 @@ impl Drop for TestStack {
         if let Some(stack) = self.stack.take() {
             stack.catalog.kill();
             stack.engagement.kill();
+            stack.search.kill();
         }
     }
 }
