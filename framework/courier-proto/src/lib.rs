@@ -16,6 +16,19 @@ pub mod catalog {
     pub mod v1 {
         include!(concat!(env!("OUT_DIR"), "/catalog.v1.rs"));
     }
+
+    /// A video's status as the services store it (`draft`, `published`, `deleted`); an
+    /// unspecified or unknown status is an error naming it (a consumer dead-letters the event).
+    pub fn status_name(status: i32) -> Result<&'static str, String> {
+        match v1::VideoStatus::try_from(status) {
+            Ok(v1::VideoStatus::Draft) => Ok("draft"),
+            Ok(v1::VideoStatus::Published) => Ok("published"),
+            Ok(v1::VideoStatus::Deleted) => Ok("deleted"),
+            Ok(v1::VideoStatus::Unspecified) | Err(_) => {
+                Err(format!("video status {status} is unspecified or unknown"))
+            }
+        }
+    }
 }
 
 pub mod engagement {

@@ -48,6 +48,11 @@ impl Api {
         }
     }
 
+    /// `http://<address>`.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// This API sending `name: value` with every request as well.
     pub fn with_header(&self, name: &str, value: &str) -> Self {
         let mut api = self.clone();

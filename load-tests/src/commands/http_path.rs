@@ -53,8 +53,14 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
     let project = pubsub.isolated_config();
     let catalog = service_config(&db, &project, "catalog", p.streams);
     let engagement = service_config(&db, &project, "engagement", p.streams);
-    stack::prepare(&catalog, &engagement).await?;
-    let services = Stack::start(&catalog, &engagement, RunOptions::default()).await?;
+    // Catalog and engagement only: the path measured is theirs.
+    let configs = stack::Configs {
+        catalog,
+        engagement,
+        search: None,
+    };
+    stack::prepare(&configs).await?;
+    let services = Stack::start(&configs, RunOptions::default()).await?;
     let url = format!("http://{}/videos", services.catalog.addr);
 
     eprintln!(
@@ -173,7 +179,7 @@ pub async fn run(args: ThroughputArgs) -> anyhow::Result<Report> {
         met: broker_failures.is_some_and(|n| (n as f64) < 0.01 * total as f64),
     });
     if let (Err(_), Some(relay)) = (&drained, relay) {
-        report.notes.push(relay.verdict(&catalog.relay));
+        report.notes.push(relay.verdict(&configs.catalog.relay));
     }
     report.panels = samples.panels();
     report.timeline = vec![(write_seconds, "writers stop".into())];

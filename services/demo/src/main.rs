@@ -70,7 +70,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let configs = stack::Configs {
         catalog: load(&args.catalog_config)?,
         engagement: load(&args.engagement_config)?,
-        search: load(&args.search_config)?,
+        search: Some(load(&args.search_config)?),
     };
     let wait = Duration::from_secs(args.wait_secs);
 
@@ -80,9 +80,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let options = RunOptions::default();
     let running = stack::Stack::start(&configs, options).await?;
+    let search = running.search_api().context("the stack runs search")?;
     println!(
-        "== running: catalog on http://{}, engagement on http://{}, search on http://{}",
-        running.catalog.addr, running.engagement.addr, running.search.addr
+        "== running: catalog on http://{}, engagement on http://{}, search on {}",
+        running.catalog.addr,
+        running.engagement.addr,
+        search.base()
     );
 
     // The database may hold earlier runs' events: the table counts this run's.
@@ -92,7 +95,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &scenario::Apis {
             catalog: running.catalog_api(),
             engagement: running.engagement_api(),
-            search: running.search_api(),
+            search,
         },
         wait,
         |line| println!("   {line}"),

@@ -3,33 +3,46 @@
 use crate::client::Api;
 use anyhow::Context as _;
 use courier::service::runtime::{self, RunOptions, RunningService};
+use courier::service::Service;
 use courier::CourierConfig;
 use std::time::Duration;
 
 pub struct Stack {
     pub catalog: RunningService,
     pub engagement: RunningService,
-    pub search: RunningService,
+    /// Absent when the stack was started without it.
+    pub search: Option<RunningService>,
     catalog_token: Option<String>,
     engagement_token: Option<String>,
 }
 
-/// Each service's config.
+/// Each service's config; without one for search, the stack runs catalog and engagement only
+/// (the load harness's HTTP path measures them alone).
 pub struct Configs {
     pub catalog: CourierConfig,
     pub engagement: CourierConfig,
-    pub search: CourierConfig,
+    pub search: Option<CourierConfig>,
+}
+
+impl Configs {
+    /// The services of the stack with their configs.
+    fn services(&self) -> Vec<(Service, &CourierConfig)> {
+        let mut services = vec![
+            (courier_catalog::service(), &self.catalog),
+            (courier_engagement::service(), &self.engagement),
+        ];
+        if let Some(search) = &self.search {
+            services.push((courier_search::service(), search));
+        }
+        services
+    }
 }
 
 /// Migrates the services, then provisions them: every subscription exists before any service
 /// publishes (Pub/Sub keeps nothing a topic receives while it has no subscription). Returns
 /// what was done, one line each.
 pub async fn prepare(configs: &Configs) -> anyhow::Result<Vec<String>> {
-    let services = [
-        (courier_catalog::service(), &configs.catalog),
-        (courier_engagement::service(), &configs.engagement),
-        (courier_search::service(), &configs.search),
-    ];
+    let services = configs.services();
     let mut lines = Vec::new();
     for (service, config) in &services {
         let report = runtime::migrate(service, config)
@@ -78,18 +91,17 @@ impl Stack {
                 return Err(anyhow::Error::new(e).context("start engagement"));
             }
         };
-        let search = match RunningService::start(
-            courier_search::service(),
-            &configs.search,
-            options,
-        )
-        .await
-        {
-            Ok(running) => running,
-            Err(e) => {
-                catalog.kill();
-                engagement.kill();
-                return Err(anyhow::Error::new(e).context("start search"));
+        let search = match &configs.search {
+            None => None,
+            Some(config) => {
+                match RunningService::start(courier_search::service(), config, options).await {
+                    Ok(running) => Some(running),
+                    Err(e) => {
+                        catalog.kill();
+                        engagement.kill();
+                        return Err(anyhow::Error::new(e).context("start search"));
+                    }
+                }
             }
         };
         Ok(Self {
@@ -109,13 +121,17 @@ impl Stack {
         Api::new(self.engagement.addr, self.engagement_token.clone())
     }
 
-    /// The search service's API (read-only: no token).
-    pub fn search_api(&self) -> Api {
-        Api::new(self.search.addr, None)
+    /// The search service's API (read-only: no token), when it runs.
+    pub fn search_api(&self) -> Option<Api> {
+        self.search
+            .as_ref()
+            .map(|search| Api::new(search.addr, None))
     }
 
     pub async fn shutdown(self, grace: Duration) {
-        self.search.shutdown(grace).await;
+        if let Some(search) = self.search {
+            search.shutdown(grace).await;
+        }
         self.engagement.shutdown(grace).await;
         self.catalog.shutdown(grace).await;
     }

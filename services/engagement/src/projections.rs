@@ -5,7 +5,7 @@
 
 use courier::db::PgTransaction;
 use courier::inbound::{uuid_field, EventMeta, HandlerError, Projection, VersionedUpsert};
-use courier_proto::catalog::v1::{event::Payload, Event, VideoStatus};
+use courier_proto::catalog::v1::{event::Payload, Event};
 
 const TABLE: &str = "videos_replica";
 
@@ -79,15 +79,9 @@ impl Default for VideosReplica {
     }
 }
 
+/// The status as stored; an unknown one is the event's fault, for good.
 fn status_name(status: i32) -> Result<&'static str, HandlerError> {
-    match VideoStatus::try_from(status) {
-        Ok(VideoStatus::Draft) => Ok("draft"),
-        Ok(VideoStatus::Published) => Ok("published"),
-        Ok(VideoStatus::Deleted) => Ok("deleted"),
-        Ok(VideoStatus::Unspecified) | Err(_) => Err(HandlerError::Permanent(format!(
-            "video status {status} is not one this replica knows"
-        ))),
-    }
+    courier_proto::catalog::status_name(status).map_err(HandlerError::Permanent)
 }
 
 impl Projection for VideosReplica {

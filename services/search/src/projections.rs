@@ -8,7 +8,7 @@ use crate::events::{document_event, Document};
 use courier::db::PgTransaction;
 use courier::inbound::{uuid_field, EventMeta, HandlerError, Projection};
 use courier::outbox::Outbox;
-use courier_proto::catalog::v1::{event::Payload, Event, VideoStatus};
+use courier_proto::catalog::v1::{event::Payload, Event};
 use uuid::Uuid;
 
 #[derive(Clone)]
@@ -117,15 +117,9 @@ async fn upsert_whole(
     Ok((video, row))
 }
 
+/// The status as stored; an unknown one is the event's fault, for good.
 fn status_name(status: i32) -> Result<&'static str, HandlerError> {
-    match VideoStatus::try_from(status) {
-        Ok(VideoStatus::Draft) => Ok("draft"),
-        Ok(VideoStatus::Published) => Ok("published"),
-        Ok(VideoStatus::Deleted) => Ok("deleted"),
-        Ok(VideoStatus::Unspecified) | Err(_) => Err(HandlerError::Permanent(format!(
-            "video status {status} is not one the index knows"
-        ))),
-    }
+    courier_proto::catalog::status_name(status).map_err(HandlerError::Permanent)
 }
 
 impl Projection for SearchIndex {

@@ -3,16 +3,11 @@
 
 #![allow(dead_code)]
 
-use courier::inbound::ConsumerOptions;
-use courier::relay::RelayOptions;
-use courier::service::RunOptions;
-use courier::supervision::EscalationHandler;
 use courier::CourierConfig;
 use courier_demo::client::Api;
 use courier_demo::stack::{self, Configs, Stack};
 use courier_testkit::{test_config, TestDb, TestPubSub};
 use serde_json::json;
-use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -27,24 +22,8 @@ pub struct TestStack {
     pub stack: Option<Stack>,
 }
 
-/// The escalation handler of these tests: nothing here should exhaust a restart budget.
-fn no_escalation() -> EscalationHandler {
-    Arc::new(|e| panic!("unexpected escalation: {e:?}"))
-}
-
-pub fn run_options() -> RunOptions {
-    RunOptions {
-        relay: RelayOptions {
-            escalate: no_escalation(),
-            ..RelayOptions::default()
-        },
-        consumer: ConsumerOptions {
-            escalate: no_escalation(),
-            ..ConsumerOptions::default()
-        },
-        ..RunOptions::default()
-    }
-}
+/// The services' run options in these tests: an escalation fails the test.
+pub use courier_testkit::run_options;
 
 fn service_config(
     db: &TestDb,
@@ -122,7 +101,7 @@ impl TestStack {
         Configs {
             catalog: self.catalog_config.clone(),
             engagement: self.engagement_config.clone(),
-            search: self.search_config.clone(),
+            search: Some(self.search_config.clone()),
         }
     }
 
@@ -139,7 +118,7 @@ impl TestStack {
     }
 
     pub fn search(&self) -> Api {
-        self.stack().search_api()
+        self.stack().search_api().expect("search runs")
     }
 
     /// Rows of `sql` (a `SELECT count(*) …`) as the test's superuser, who sees both schemas.
@@ -167,7 +146,9 @@ impl Drop for TestStack {
         if let Some(stack) = self.stack.take() {
             stack.catalog.kill();
             stack.engagement.kill();
-            stack.search.kill();
+            if let Some(search) = stack.search {
+                search.kill();
+            }
         }
     }
 }
