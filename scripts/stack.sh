@@ -149,3 +149,38 @@ ensure_producer_clients() (
         cp package-lock.json node_modules/.package-lock.installed
     fi
 )
+
+# The browser test of the operator console (framework/courier-cli/tests/console_browser.rs):
+# Debian's chromium (installed when missing, as promtool is) and playwright-core, pinned in
+# tests/browser/package-lock.json, into tests/browser/node_modules (git-ignored; installed again
+# only when the pin changes). playwright-core is the library alone: it downloads no browser.
+ensure_console_browser() (
+    set -euo pipefail
+    if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+        echo "stack: installing Debian's chromium for the console's browser test" >&2
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        log=$(mktemp)
+        if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+            && $sudo env DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y -qq --no-install-recommends chromium; } >"$log" 2>&1; then
+            cat "$log" >&2
+            rm -f "$log"
+            echo "could not install chromium (Debian package chromium)" >&2
+            exit 1
+        fi
+        rm -f "$log"
+    fi
+    cd "$STACK_SCRIPTS_DIR/../framework/courier-cli/tests/browser"
+    if ! cmp -s package-lock.json node_modules/.package-lock.installed 2>/dev/null; then
+        echo "stack: installing playwright-core for the console's browser test (tests/browser/node_modules)" >&2
+        log=$(mktemp)
+        trap 'rm -f "$log"' EXIT
+        if ! npm ci --no-audit --no-fund >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "could not install framework/courier-cli/tests/browser/package-lock.json" >&2
+            exit 1
+        fi
+        cp package-lock.json node_modules/.package-lock.installed
+    fi
+)

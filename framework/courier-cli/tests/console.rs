@@ -1,0 +1,345 @@
+//! `courier console`'s page and JSON API against real PostgreSQL and the emulator: the state
+//! shows a relay, the backlog, a dead row, a parked key and dead letters grouped by reason;
+//! actions need the token, a reason and a name, refuse a stale bulk count, act through the
+//! CLI's own functions (the pipeline recovers) and land in the audit log.
+
+mod pipeline;
+
+use courier_testkit::wait_until;
+use pipeline::{Pipeline, GROUP, PARKED_KEY, TOKEN, WAIT};
+use serde_json::{json, Value};
+
+struct Api {
+    client: awc::Client,
+    base: String,
+}
+
+impl Api {
+    fn new(url: &str) -> Self {
+        Self {
+            client: awc::Client::default(),
+            base: url.to_owned(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let mut response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("GET {path}: {e}"))?;
+        let body = response.body().await?;
+        Ok((
+            response.status().as_u16(),
+            String::from_utf8_lossy(&body).into_owned(),
+        ))
+    }
+
+    async fn state(&self) -> anyhow::Result<Value> {
+        let (status, body) = self.get("api/state").await?;
+        anyhow::ensure!(status == 200, "state answered {status}: {body}");
+        Ok(serde_json::from_str(&body)?)
+    }
+
+    /// POSTs `body` to `path` with `token` as bearer; returns the status and the JSON answer.
+    async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Value,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self.client.post(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = request
+            .send_json(&body)
+            .await
+            .map_err(|e| anyhow::anyhow!("POST {path}: {e}"))?;
+        let answer = response.json::<Value>().await.unwrap_or(Value::Null);
+        Ok((response.status().as_u16(), answer))
+    }
+}
+
+fn service(state: &Value) -> &Value {
+    &state["services"][0]
+}
+
+fn held(state: &Value) -> u64 {
+    state["dead_letters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| k["held"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[actix_web::test]
+async fn the_state_shows_the_trouble_and_actions_fix_it_through_the_clis_code() -> anyhow::Result<()>
+{
+    let p = Pipeline::start().await?;
+    let console = p.console(Some(TOKEN)).await?;
+    let api = Api::new(&console.url);
+
+    // The page and its assets come from the binary.
+    let (status, page) = api.get("").await?;
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>Courier console</title>"), "{page}");
+    assert!(page.contains("name=\"viewport\""), "readable on a phone");
+    let (status, script) = api.get("console.js").await?;
+    assert!(status == 200 && script.contains("api/state"));
+
+    // Everything the pipeline holds, read at once.
+    let state = api.state().await?;
+    let svc = service(&state);
+    assert_eq!(state["writable"], true);
+    assert_eq!(svc["schema"], "courier");
+    assert_eq!(svc["live_relays"], 1, "{svc}");
+    let relay = &svc["relays"][0];
+    assert!(
+        relay["owned_shards"]
+            .as_array()
+            .is_some_and(|s| s.len() == 4),
+        "{relay}"
+    );
+    assert!(relay["heartbeat_age_secs"].as_f64().is_some(), "{relay}");
+    assert_eq!(svc["dead_rows"][0]["event_id"], p.dead_event_id.as_str());
+    assert!(svc["dead_rows"][0]["last_error"]
+        .as_str()
+        .is_some_and(|e| e.to_lowercase().contains("not")));
+    assert_eq!(svc["backlog"][0]["topic"], p.topic.as_str());
+    assert_eq!(
+        svc["backlog"][0]["pending"], 1,
+        "v2 waits behind the dead v1"
+    );
+    assert_eq!(svc["backlog"][0]["dead"], 1);
+    assert_eq!(svc["parked_keys"][0]["routing_key"], PARKED_KEY);
+    assert_eq!(svc["parked_keys"][0]["held_events"], 2);
+    assert!(svc["horizon"]["warning"].is_boolean());
+    // The keeper is held from the first look; its two dead letters arrive on its stream.
+    wait_until(WAIT, "both dead letters held", || async {
+        api.state().await.is_ok_and(|s| held(&s) == 2)
+    })
+    .await?;
+    let state = api.state().await?;
+    let keeper = &state["dead_letters"][0];
+    assert_eq!(keeper["subscription"], p.subscription.as_str());
+    let mut reasons: Vec<&str> = keeper["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["reason"].as_str())
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons, ["handler refused it", "unknown schema version 9"]);
+    assert!(keeper["groups"][0]["event_type"] == "video.changed");
+
+    // Refusals: no token, a wrong one, no reason, no name, not a dead row, a stale bulk count.
+    let retry = |reason: &str, operator: &str| json!({ "schema": "courier", "event_ids": [p.dead_event_id], "reason": reason, "operator": operator });
+    let (status, _) = api
+        .post("api/outbox/retry", None, retry("fixed", "alice"))
+        .await?;
+    assert_eq!(status, 401);
+    let (status, _) = api
+        .post(
+            "api/outbox/retry",
+            Some("wrong-token-0123456789"),
+            retry("fixed", "alice"),
+        )
+        .await?;
+    assert_eq!(status, 401);
+    let (status, answer) = api
+        .post("api/outbox/retry", Some(TOKEN), retry(" ", "alice"))
+        .await?;
+    assert!(
+        status == 400
+            && answer["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("reason")),
+        "{answer}"
+    );
+    let (status, _) = api
+        .post("api/outbox/retry", Some(TOKEN), retry("fixed", ""))
+        .await?;
+    assert_eq!(status, 400);
+    let (status, answer) = api
+        .post("api/outbox/retry", Some(TOKEN), json!({ "schema": "courier", "event_ids": [p.held_event_id], "reason": "x", "operator": "alice" }))
+        .await?;
+    assert!(
+        status == 404
+            && answer["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&p.held_event_id)),
+        "{answer}"
+    );
+    let (status, _) = api
+        .post("api/outbox/retry", Some(TOKEN), json!({ "schema": "courier", "all": true, "expected": 5, "reason": "x", "operator": "alice" }))
+        .await?;
+    assert_eq!(
+        status, 409,
+        "a bulk retry of a count that is not the current one"
+    );
+    let (status, _) = api
+        .post("api/outbox/retry", Some(TOKEN), json!({ "schema": "nope", "event_ids": [p.dead_event_id], "reason": "x", "operator": "alice" }))
+        .await?;
+    assert_eq!(status, 404);
+    assert_eq!(
+        p.db.scalar("SELECT count(*) FROM courier.outbox_operator_actions")
+            .await?,
+        0,
+        "nothing refused was done"
+    );
+
+    // Retry: the relay publishes v1, then v2 that waited behind it.
+    let (status, answer) = api
+        .post(
+            "api/outbox/retry",
+            Some(TOKEN),
+            retry("topic created", "alice"),
+        )
+        .await?;
+    assert_eq!(status, 200, "{answer}");
+    wait_until(WAIT, "v1 and v2 of the dead key delivered", || async {
+        p.versions_of("video-dead").len() >= 2
+    })
+    .await?;
+    assert_eq!(p.versions_of("video-dead"), ["1", "2"]);
+
+    // Release: the parked key's held events go back to the topic in version order.
+    let (status, answer) = api
+        .post(
+            "api/parked/release",
+            Some(TOKEN),
+            json!({ "schema": "courier", "group": GROUP, "key": PARKED_KEY, "skip_to": 3,
+                    "reason": "v2 is lost for good", "operator": "bob" }),
+        )
+        .await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["released"]["republished"], 2);
+    wait_until(WAIT, "the parked key's events republished", || async {
+        p.versions_of(PARKED_KEY).len() >= 2
+    })
+    .await?;
+    assert_eq!(p.versions_of(PARKED_KEY), ["3", "4"]);
+    let (status, _) = api
+        .post(
+            "api/parked/release",
+            Some(TOKEN),
+            json!({ "schema": "courier", "group": GROUP, "key": PARKED_KEY, "reason": "again", "operator": "bob" }),
+        )
+        .await?;
+    assert_eq!(status, 404, "no longer parked");
+
+    // Republish one group of dead letters (confirmed count); the other stays held.
+    let group = json!({ "reason": "unknown schema version 9", "event_type": "video.changed" });
+    let (status, _) = api
+        .post(
+            "api/dlq/republish",
+            Some(TOKEN),
+            json!({ "subscription": p.subscription, "group": group, "expected": 2, "reason": "v9 deployed", "operator": "carol" }),
+        )
+        .await?;
+    assert_eq!(status, 409, "the group holds one, not two");
+    let (status, answer) = api
+        .post(
+            "api/dlq/republish",
+            Some(TOKEN),
+            json!({ "subscription": p.subscription, "group": group, "expected": 1, "reason": "v9 deployed", "operator": "carol" }),
+        )
+        .await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["republished"], 1);
+    wait_until(
+        WAIT,
+        "the republished dead letter delivered again",
+        || async {
+            p.collector
+                .all()
+                .iter()
+                .any(|m| m.attribute("event_id") == Some("e1"))
+        },
+    )
+    .await?;
+    let again = p
+        .collector
+        .all()
+        .into_iter()
+        .find(|m| m.attribute("event_id") == Some("e1"))
+        .ok_or_else(|| anyhow::anyhow!("e1 not delivered"))?;
+    assert_eq!(again.ordering_key, "video-1");
+    assert!(again
+        .attributes
+        .keys()
+        .all(|k| !k.starts_with("courier_dlq_")));
+    let state = api.state().await?;
+    assert_eq!(held(&state), 1, "the other group stays held");
+    assert_eq!(
+        p.db.scalar(
+            "SELECT count(*) FROM courier.dead_letter_log WHERE republished_at IS NOT NULL"
+        )
+        .await?,
+        1
+    );
+
+    // The audit log, as the page shows it: who (name and address) and why.
+    let audit = service(&state)["audit"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let line = |action: &str| {
+        audit
+            .iter()
+            .find(|a| a["action"].as_str().is_some_and(|x| x.starts_with(action)))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(line("retry")["reason"], "topic created", "{audit:?}");
+    assert!(line("retry")["by"]
+        .as_str()
+        .is_some_and(|by| by.starts_with("alice (console, 127.0.0.1")));
+    assert_eq!(line("release, skip to v3")["reason"], "v2 is lost for good");
+    assert!(line("release")["by"]
+        .as_str()
+        .is_some_and(|by| by.starts_with("bob")));
+    assert_eq!(
+        service(&state)["dead_rows"].as_array().map(Vec::len),
+        Some(0)
+    );
+    assert_eq!(
+        service(&state)["parked_keys"].as_array().map(Vec::len),
+        Some(0)
+    );
+    p.relay.kill();
+    Ok(())
+}
+
+#[actix_web::test]
+async fn without_a_configured_token_the_console_is_read_only() -> anyhow::Result<()> {
+    let p = Pipeline::start().await?;
+    let console = p.console(None).await?;
+    let api = Api::new(&console.url);
+    let state = api.state().await?;
+    assert_eq!(state["writable"], false);
+    assert_eq!(
+        service(&state)["dead_rows"][0]["event_id"],
+        p.dead_event_id.as_str()
+    );
+    let (status, _) = api
+        .post(
+            "api/outbox/skip",
+            Some(TOKEN),
+            json!({ "schema": "courier", "event_id": p.dead_event_id, "reason": "x", "operator": "mallory" }),
+        )
+        .await?;
+    assert_eq!(status, 401);
+    assert_eq!(
+        p.db.scalar(
+            "SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL AND skipped_at IS NULL"
+        )
+        .await?,
+        1
+    );
+    p.relay.kill();
+    Ok(())
+}
