@@ -343,3 +343,67 @@ async fn without_a_configured_token_the_console_is_read_only() -> anyhow::Result
     p.relay.kill();
     Ok(())
 }
+
+/// A service mounts the same routes on its own server: the console then reads the service's
+/// schema with the service's pool, and its actions need the service's token.
+#[actix_web::test]
+async fn a_service_mounts_the_console_among_its_routes() -> anyhow::Result<()> {
+    use actix_web::test::{call_and_read_body_json, call_service, init_service, TestRequest};
+    use actix_web::{web, App};
+    use courier::service::ServiceContext;
+    let p = Pipeline::start().await?;
+    let mut config = p.config.clone();
+    config.http.auth_token = Some(TOKEN.into());
+    let context = ServiceContext {
+        service: "engagement",
+        pool: p.db.pool.clone(),
+        outbox: courier::outbox::Outbox::new(&config),
+        config: std::sync::Arc::new(config),
+    };
+    let app = init_service(
+        App::new()
+            .app_data(web::Data::new(context))
+            .configure(courier::service::http::configure_common)
+            .configure(courier_cli::console::routes),
+    )
+    .await;
+    let state: Value = call_and_read_body_json(
+        &app,
+        TestRequest::get().uri("/console/api/state").to_request(),
+    )
+    .await;
+    assert_eq!(state["writable"], true);
+    assert_eq!(
+        service(&state)["dead_rows"][0]["event_id"],
+        p.dead_event_id.as_str()
+    );
+    let page = call_service(&app, TestRequest::get().uri("/console/").to_request()).await;
+    assert_eq!(page.status().as_u16(), 200);
+    let skip = json!({ "schema": "courier", "event_id": p.dead_event_id, "reason": "superseded", "operator": "dave" });
+    let refused = call_service(
+        &app,
+        TestRequest::post()
+            .uri("/console/api/outbox/skip")
+            .set_json(&skip)
+            .to_request(),
+    )
+    .await;
+    assert_eq!(refused.status().as_u16(), 401);
+    let skipped = call_service(
+        &app,
+        TestRequest::post()
+            .uri("/console/api/outbox/skip")
+            .insert_header(("Authorization", format!("Bearer {TOKEN}")))
+            .set_json(&skip)
+            .to_request(),
+    )
+    .await;
+    assert_eq!(skipped.status().as_u16(), 200);
+    // The skipped row no longer holds its key: v2 is published.
+    wait_until(WAIT, "v2 of the skipped key delivered", || async {
+        p.versions_of("video-dead") == ["2"]
+    })
+    .await?;
+    p.relay.kill();
+    Ok(())
+}

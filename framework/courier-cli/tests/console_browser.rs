@@ -4,7 +4,7 @@
 //! clicks Retry and Release, and the pipeline recovers: the dead key's rows and the parked
 //! key's events reach the subscription in order.
 //!
-//! `COURIER_CONSOLE_SCREENSHOT=<path>` also saves the page as it first looks (how
+//! `CONSOLE_SCREENSHOT=<path>` also saves the page as it first looks (how
 //! docs/console.png is made).
 
 mod pipeline;
@@ -33,7 +33,7 @@ async fn an_operator_retries_a_dead_row_and_releases_a_parked_key_in_a_browser(
         p.dead_event_id.clone(),
         PARKED_KEY.to_string(),
     ];
-    if let Ok(path) = std::env::var("COURIER_CONSOLE_SCREENSHOT") {
+    if let Ok(path) = std::env::var("CONSOLE_SCREENSHOT") {
         args.push(path);
     }
     let output = tokio::task::spawn_blocking(move || {

@@ -114,8 +114,10 @@ fn answer(error: anyhow::Error) -> ApiError {
     }
 }
 
-/// Who acts, for the audit tables: the name the operator gave, and from where.
-fn actor(req: &HttpRequest, operator: &str, console: &Console) -> Result<String, ApiError> {
+/// The console an action is for, and who acts, for the audit tables: the name the operator
+/// gave, and from where. Refused when the console is read-only.
+fn acting(req: &HttpRequest, operator: &str) -> Result<(Arc<Console>, String), ApiError> {
+    let console = console_of(req)?;
     if !console.writable {
         return Err(ApiError::Unauthorized);
     }
@@ -130,7 +132,7 @@ fn actor(req: &HttpRequest, operator: &str, console: &Console) -> Result<String,
         .realip_remote_addr()
         .unwrap_or("unknown address")
         .to_owned();
-    Ok(format!("{operator} (console, {from})"))
+    Ok((console, format!("{operator} (console, {from})")))
 }
 
 async fn to_page() -> HttpResponse {
@@ -190,8 +192,7 @@ async fn retry(
     _: WriteAccess,
     body: web::Json<RetryRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let console = console_of(&req)?;
-    let by = actor(&req, &body.operator, &console)?;
+    let (console, by) = acting(&req, &body.operator)?;
     let service = console
         .service(&body.schema)
         .map_err(|r| answer(r.into()))?;
@@ -241,8 +242,7 @@ async fn skip(
     _: WriteAccess,
     body: web::Json<SkipRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let console = console_of(&req)?;
-    let by = actor(&req, &body.operator, &console)?;
+    let (console, by) = acting(&req, &body.operator)?;
     let service = console
         .service(&body.schema)
         .map_err(|r| answer(r.into()))?;
@@ -274,8 +274,7 @@ async fn release(
     _: WriteAccess,
     body: web::Json<ReleaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let console = console_of(&req)?;
-    let by = actor(&req, &body.operator, &console)?;
+    let (console, by) = acting(&req, &body.operator)?;
     let service = console
         .service(&body.schema)
         .map_err(|r| answer(r.into()))?;
@@ -313,8 +312,7 @@ async fn republish(
     _: WriteAccess,
     body: web::Json<RepublishRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let console = console_of(&req)?;
-    let by = actor(&req, &body.operator, &console)?;
+    let (console, by) = acting(&req, &body.operator)?;
     let body = body.into_inner();
     let selection = LetterSelection {
         message_ids: body.message_ids,

@@ -39,6 +39,7 @@ try {
   if (screenshot) {
     // The dead letters too, for the picture in docs/operations.md.
     await page.locator("tr.dead-letter").nth(1).waitFor();
+    await page.locator("#toast").waitFor({ state: "detached" });
     await page.screenshot({ path: screenshot, fullPage: true });
     console.log(`screenshot ${screenshot}`);
   }

@@ -1,7 +1,7 @@
-//! A pipeline in trouble for the console's tests, against real PostgreSQL and the emulator: a
-//! running relay with a dead row (its topic did not exist when it was published), a parked key
-//! of a delta projection, two dead letters in a subscription's keeper; and `courier console`
-//! over it as an operator starts it.
+//! A pipeline in trouble for the console's tests (and its parked key for `courier parked`'s),
+//! against real PostgreSQL and the emulator: a running relay with a dead row (its topic did not
+//! exist when it was published), a parked key of a delta projection, two dead letters in a
+//! subscription's keeper; and `courier console` over it as an operator starts it.
 
 // Each test binary uses its part of this module.
 #![allow(dead_code)]
@@ -78,21 +78,7 @@ impl Pipeline {
             .await?;
         let collector = Collector::start(&pubsub, &subscription).await?;
 
-        // What a delta projection leaves when v2 of a key never came: v3 and v4 held.
-        db.client()
-            .await?
-            .batch_execute(&format!(
-                "INSERT INTO courier.projection_keys VALUES ('{GROUP}', '{PARKED_KEY}', now());
-                 INSERT INTO courier.projection_version_log VALUES ('{GROUP}', '{PARKED_KEY}', 1);
-                 INSERT INTO courier.parked_keys (consumer_group, routing_key, subscription, expected_version, reason)
-                 VALUES ('{GROUP}', '{PARKED_KEY}', '{subscription}', 2, 'version 2 did not come within 60 s');
-                 INSERT INTO courier.parked_events
-                     (consumer_group, routing_key, event_id, version, message_id, ordering_key, attributes, data, publish_time)
-                 VALUES
-                   ('{GROUP}', '{PARKED_KEY}', gen_random_uuid(), 3, 'm3', '{PARKED_KEY}', '{{\"version\": \"3\", \"event_type\": \"video.changed\"}}', 'three', now()),
-                   ('{GROUP}', '{PARKED_KEY}', gen_random_uuid(), 4, 'm4', '{PARKED_KEY}', '{{\"version\": \"4\", \"event_type\": \"video.changed\"}}', 'four', now());"
-            ))
-            .await?;
+        park_key(&db, &subscription, PARKED_KEY).await?;
 
         // Two dead letters of two reasons, logged as the consumer logs them.
         let dead_letters = DeadLetters::new(
@@ -157,6 +143,26 @@ impl Pipeline {
             .map(|m| m.attribute("version").unwrap_or_default().to_string())
             .collect()
     }
+}
+
+/// What a delta projection's consumer (group [`GROUP`]) leaves when v2 of `key` never came:
+/// the key at v1, parked, v4 and v3 held (stored out of order on purpose).
+pub async fn park_key(db: &TestDb, subscription: &str, key: &str) -> anyhow::Result<()> {
+    db.client()
+        .await?
+        .batch_execute(&format!(
+            "INSERT INTO courier.projection_keys VALUES ('{GROUP}', '{key}', now());
+             INSERT INTO courier.projection_version_log VALUES ('{GROUP}', '{key}', 1);
+             INSERT INTO courier.parked_keys (consumer_group, routing_key, subscription, expected_version, reason)
+             VALUES ('{GROUP}', '{key}', '{subscription}', 2, 'version 2 did not come within 60 s');
+             INSERT INTO courier.parked_events
+                 (consumer_group, routing_key, event_id, version, message_id, ordering_key, attributes, data, publish_time)
+             VALUES
+               ('{GROUP}', '{key}', gen_random_uuid(), 4, 'm4', '{key}', '{{\"version\": \"4\"}}', 'four', now()),
+               ('{GROUP}', '{key}', gen_random_uuid(), 3, 'm3', '{key}', '{{\"version\": \"3\"}}', 'three', now());"
+        ))
+        .await?;
+    Ok(())
 }
 
 /// `courier console` running as its own process; killed when dropped.

@@ -236,7 +236,7 @@ function toast(text) {
   if (!el) { el = h("div", { id: "toast", role: "status" }); document.body.append(el); }
   el.textContent = text;
   clearTimeout(toast.timer);
-  toast.timer = setTimeout(() => el.remove(), 6000);
+  toast.timer = setTimeout(() => el.remove(), 4000);
 }
 
 // Opens the confirmation dialog for one action; on Confirm, posts it with the reason.
