@@ -10,6 +10,10 @@ use courier::operations::{Horizon, HorizonQuery};
 use courier::CourierConfig;
 use serde::Serialize;
 
+/// When a transaction holding the xmin horizon becomes a warning by default: five minutes of
+/// dead tuples is noticeable on a busy outbox, and the alert fires at ten.
+pub(crate) const HORIZON_WARN_SECS: u64 = 300;
+
 #[derive(clap::Args)]
 #[command(
     after_help = "Examples:\n  courier --config deploy/local/catalog.toml status\n  courier status --service deploy/local/catalog.toml --service deploy/local/engagement.toml --json"
@@ -23,7 +27,7 @@ pub struct StatusArgs {
     json: bool,
     /// Warn when a transaction has held the xmin horizon back this long (seconds): vacuum
     /// cannot clean the outbox meanwhile.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(long, value_name = "SECS", default_value_t = HORIZON_WARN_SECS)]
     horizon_warn_secs: u64,
 }
 

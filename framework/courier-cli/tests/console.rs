@@ -345,7 +345,7 @@ async fn without_a_configured_token_the_console_is_read_only() -> anyhow::Result
 }
 
 /// A service mounts the same routes on its own server: the console then reads the service's
-/// schema with the service's pool, and its actions need the service's token.
+/// schema (its config), and its actions need the service's token.
 #[actix_web::test]
 async fn a_service_mounts_the_console_among_its_routes() -> anyhow::Result<()> {
     use actix_web::test::{call_and_read_body_json, call_service, init_service, TestRequest};

@@ -88,7 +88,7 @@ fn console_of(req: &HttpRequest) -> Result<Arc<Console>, ApiError> {
         Console::new(
             vec![config.clone()],
             courier::pubsub::PubSub::new(config.pubsub.clone()),
-            300,
+            crate::status::HORIZON_WARN_SECS,
             config.http.auth_token.is_some(),
         )
         .map_err(|e| ApiError::Internal(format!("start the console: {e:#}")))?,

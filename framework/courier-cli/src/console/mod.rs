@@ -46,7 +46,7 @@ pub struct ConsoleArgs {
     #[arg(long, default_value = "127.0.0.1:8095")]
     listen: String,
     /// Warn when a transaction has held the xmin horizon back this long (seconds).
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(long, value_name = "SECS", default_value_t = crate::status::HORIZON_WARN_SECS)]
     horizon_warn_secs: u64,
 }
 
