@@ -1,8 +1,9 @@
 //! The console in a real browser: headless Chromium (Debian's `chromium`) driven by Playwright
 //! (`tests/browser/console.mjs`; `scripts/test` installs its pinned `playwright-core`) opens
 //! the page on a running pipeline, finds the dead row and the parked key this test caused,
-//! clicks Retry and Release, and the pipeline recovers: the dead key's rows and the parked
-//! key's events reach the subscription in order.
+//! clicks Retry and Release, republishes a group of dead letters (confirming its count), and
+//! the pipeline recovers: the dead key's rows, the parked key's events and the dead letter
+//! reach the subscription, in order.
 //!
 //! `CONSOLE_SCREENSHOT=<path>` also saves the page as it first looks (how
 //! docs/console.png is made).
@@ -62,6 +63,17 @@ async fn an_operator_retries_a_dead_row_and_releases_a_parked_key_in_a_browser(
     })
     .await?;
     assert_eq!(p.versions_of(PARKED_KEY), ["3", "4"]);
+    wait_until(
+        WAIT,
+        "the republished dead letter delivered again",
+        || async {
+            p.collector
+                .all()
+                .iter()
+                .any(|m| m.attribute("event_id") == Some("e1"))
+        },
+    )
+    .await?;
     assert_eq!(
         p.db.scalar(
             "SELECT count(*) FROM courier.outbox_operator_actions

@@ -1,6 +1,7 @@
 // An operator in a real browser (headless Chromium through Playwright): opens the console,
-// finds the dead row and the parked key tests/console_browser.rs caused, retries the one and
-// releases the other, and watches the page until the pipeline has recovered.
+// finds the dead row and the parked key tests/console_browser.rs caused, retries the one,
+// releases the other, republishes a group of dead letters, and watches the page until the
+// pipeline has recovered.
 //
 //   node console.mjs <console url> <token> <dead event id> <parked key> [screenshot.png]
 //
@@ -66,6 +67,19 @@ try {
   await page.locator("#confirm-ok").click();
   await parkedRow.waitFor({ state: "detached" });
   console.log("parked key released");
+
+  // Republish a whole group of dead letters: a bulk action, so its count is confirmed too.
+  const group = page.locator(".letter-group", { hasText: "unknown schema version 9" });
+  await group.getByRole("button", { name: "Republish 1" }).click();
+  await page.locator("#reason").fill("schema v9 deployed");
+  await page.locator("#confirm-ok").click();
+  if (!(await page.locator("#confirm").evaluate((d) => d.open))) {
+    throw new Error("a bulk action went without its count confirmed");
+  }
+  await page.locator("#count-check").check();
+  await page.locator("#confirm-ok").click();
+  await group.waitFor({ state: "detached" });
+  console.log("dead-letter group republished");
 
   // Both actions are in the audit log with who and why.
   await page.locator("td", { hasText: "v2 is lost for good" }).waitFor();
