@@ -90,7 +90,16 @@ async fn the_state_shows_the_trouble_and_actions_fix_it_through_the_clis_code() 
     let (status, script) = api.get("console.js").await?;
     assert!(status == 200 && script.contains("api/state"));
 
-    // Everything the pipeline holds, read at once.
+    // Everything the pipeline holds, read at once (once the relay's heartbeat has recorded
+    // the shards it took: the row is written before its first claim).
+    wait_until(WAIT, "the relay's four shards in its heartbeat", || async {
+        api.state().await.is_ok_and(|s| {
+            service(&s)["relays"][0]["owned_shards"]
+                .as_array()
+                .is_some_and(|shards| shards.len() == 4)
+        })
+    })
+    .await?;
     let state = api.state().await?;
     let svc = service(&state);
     assert_eq!(state["writable"], true);
@@ -314,16 +323,42 @@ async fn the_state_shows_the_trouble_and_actions_fix_it_through_the_clis_code() 
     Ok(())
 }
 
+/// Read-only without a token; and a service whose schema cannot be read (here: never migrated)
+/// is shown with its error beside the others.
 #[actix_web::test]
 async fn without_a_configured_token_the_console_is_read_only() -> anyhow::Result<()> {
     let p = Pipeline::start().await?;
-    let console = p.console(None).await?;
+    let missing =
+        std::env::temp_dir().join(format!("{}.toml", courier_testkit::unique_name("console")));
+    std::fs::write(
+        &missing,
+        format!(
+            "[database]\nurl = {:?}\nschema = \"not_migrated\"\n",
+            p.db.config.url
+        ),
+    )?;
+    let missing_path = missing.to_string_lossy().into_owned();
+    let console = p
+        .console_with(
+            None,
+            &["--service", "/dev/null", "--service", &missing_path],
+        )
+        .await?;
     let api = Api::new(&console.url);
     let state = api.state().await?;
+    std::fs::remove_file(&missing)?;
     assert_eq!(state["writable"], false);
     assert_eq!(
         service(&state)["dead_rows"][0]["event_id"],
         p.dead_event_id.as_str()
+    );
+    let unreadable = &state["services"][1];
+    assert_eq!(unreadable["schema"], "not_migrated", "{state}");
+    assert!(
+        unreadable["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not_migrated")),
+        "{unreadable}"
     );
     let (status, _) = api
         .post(

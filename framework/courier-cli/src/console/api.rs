@@ -167,7 +167,7 @@ async fn style() -> HttpResponse {
 
 async fn state(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let console = console_of(&req)?;
-    let snapshot = console.snapshot().await.map_err(answer)?;
+    let snapshot = console.snapshot().await;
     Ok(HttpResponse::Ok()
         .insert_header(("Cache-Control", "no-store"))
         .json(snapshot))

@@ -44,12 +44,21 @@ pub(crate) struct Snapshot {
     dead_letters: Vec<KeeperView>,
 }
 
+/// One service as read, or why it could not be: one database down (or not migrated yet)
+/// leaves the other services on the page.
 #[derive(Serialize)]
-struct ServiceSnapshot {
-    #[serde(flatten)]
-    status: Status,
-    dead_rows: Vec<DeadRow>,
-    audit: Vec<AuditEntry>,
+#[serde(untagged)]
+enum ServiceSnapshot {
+    Read {
+        #[serde(flatten)]
+        status: Status,
+        dead_rows: Vec<DeadRow>,
+        audit: Vec<AuditEntry>,
+    },
+    Unreadable {
+        schema: String,
+        error: String,
+    },
 }
 
 /// One operator action from the audit tables.
@@ -106,41 +115,53 @@ impl Console {
     }
 
     /// Reads every service (as `courier status` does, plus dead rows and the audit log) and
-    /// starts holding the dead-letter keeper of every subscription it finds.
-    pub(crate) async fn snapshot(&self) -> anyhow::Result<Snapshot> {
+    /// starts holding the dead-letter keeper of every subscription it finds. A service that
+    /// cannot be read is shown with its error.
+    pub(crate) async fn snapshot(&self) -> Snapshot {
         let mut services = Vec::new();
         for service in &self.services {
-            let status = status_of(&service.config, &service.pool, self.horizon_warn_secs).await?;
-            for subscription in status.subscriptions() {
-                self.dead_letters.hold(&subscription, &service.config);
-            }
-            let dead_rows = service.operator.dead_rows(DEAD_ROWS_SHOWN).await?;
-            let audit = service
-                .pool
-                .get()
-                .await?
-                .query(&service.audit_log, &[&AUDIT_SHOWN])
-                .await?
-                .iter()
-                .map(|r| AuditEntry {
-                    at: r.get("at"),
-                    by: r.get("by"),
-                    action: r.get("action"),
-                    reason: r.get("reason"),
-                    target: r.get("target"),
-                })
-                .collect();
-            services.push(ServiceSnapshot {
-                status,
-                dead_rows,
-                audit,
+            services.push(match self.read(service).await {
+                Ok(read) => read,
+                Err(e) => ServiceSnapshot::Unreadable {
+                    schema: service.config.database.schema.clone(),
+                    error: format!("{e:#}"),
+                },
             });
         }
-        Ok(Snapshot {
+        Snapshot {
             read_at: Utc::now(),
             writable: self.writable,
             services,
             dead_letters: self.dead_letters.view(),
+        }
+    }
+
+    /// One service: its status, dead rows and audit log; holds its keepers from now on.
+    async fn read(&self, service: &ServiceView) -> anyhow::Result<ServiceSnapshot> {
+        let status = status_of(&service.config, &service.pool, self.horizon_warn_secs).await?;
+        for subscription in status.subscriptions() {
+            self.dead_letters.hold(&subscription, &service.config);
+        }
+        let dead_rows = service.operator.dead_rows(DEAD_ROWS_SHOWN).await?;
+        let audit = service
+            .pool
+            .get()
+            .await?
+            .query(&service.audit_log, &[&AUDIT_SHOWN])
+            .await?
+            .iter()
+            .map(|r| AuditEntry {
+                at: r.get("at"),
+                by: r.get("by"),
+                action: r.get("action"),
+                reason: r.get("reason"),
+                target: r.get("target"),
+            })
+            .collect();
+        Ok(ServiceSnapshot::Read {
+            status,
+            dead_rows,
+            audit,
         })
     }
 }

@@ -131,7 +131,16 @@ impl Pipeline {
 
     /// Starts `courier console` over the pipeline's schema, with the bearer token or without.
     pub async fn console(&self, token: Option<&str>) -> anyhow::Result<ConsoleProcess> {
-        ConsoleProcess::start(self, token).await
+        ConsoleProcess::start(self, token, &[]).await
+    }
+
+    /// [`Pipeline::console`] with more arguments for `courier console` (`--service …`).
+    pub async fn console_with(
+        &self,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> anyhow::Result<ConsoleProcess> {
+        ConsoleProcess::start(self, token, args).await
     }
 
     /// The collector's events of `key`, by version attribute.
@@ -173,7 +182,11 @@ pub struct ConsoleProcess {
 }
 
 impl ConsoleProcess {
-    async fn start(pipeline: &Pipeline, token: Option<&str>) -> anyhow::Result<Self> {
+    async fn start(
+        pipeline: &Pipeline,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
         let mut command = Command::new(env!("CARGO_BIN_EXE_courier"));
         command
             .args([
@@ -183,6 +196,7 @@ impl ConsoleProcess {
                 "--listen",
                 "127.0.0.1:0",
             ])
+            .args(args)
             .env("COURIER_DATABASE__URL", &pipeline.db.config.url)
             .env("PUBSUB_EMULATOR_HOST", &pipeline.pubsub.host)
             .env("COURIER_PUBSUB__PROJECT", pipeline.pubsub.config().project)

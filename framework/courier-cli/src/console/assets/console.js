@@ -178,6 +178,12 @@ function deadLetters(keepers) {
 }
 
 function serviceSection(svc) {
+  if (svc.error) {
+    return h("section", { "data-schema": svc.schema },
+      h("div", { class: "service-title" }, h("h2", {}, `schema ${svc.schema}`),
+        h("span", { class: "badge bad" }, "unreadable")),
+      h("p", { class: "warning" }, svc.error));
+  }
   const dead = svc.dead_rows.length;
   return h("section", { "data-schema": svc.schema },
     h("div", { class: "service-title" }, h("h2", {}, `schema ${svc.schema}`),
