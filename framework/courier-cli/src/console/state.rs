@@ -50,8 +50,9 @@ pub(crate) struct Snapshot {
 #[serde(untagged)]
 enum ServiceSnapshot {
     Read {
+        // Boxed: a status is large beside the error variant.
         #[serde(flatten)]
-        status: Status,
+        status: Box<Status>,
         dead_rows: Vec<DeadRow>,
         audit: Vec<AuditEntry>,
     },
@@ -159,7 +160,7 @@ impl Console {
             })
             .collect();
         Ok(ServiceSnapshot::Read {
-            status,
+            status: Box::new(status),
             dead_rows,
             audit,
         })
