@@ -240,3 +240,42 @@ async fn read_keeper(pubsub: PubSub, hold: Arc<Hold>) {
         tokio::time::sleep(RETRY_AFTER).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{group_key, GroupKey, POLICY_REASON};
+    use google_cloud_pubsub::model::Message;
+
+    fn letter(attributes: &[(&str, &str)]) -> Message {
+        Message::new().set_attributes(
+            attributes
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string())),
+        )
+    }
+
+    #[test]
+    fn dead_letters_group_by_courier_reason_and_event_type() {
+        let key = group_key(&letter(&[
+            ("courier_dlq_reason", "unknown schema version 9"),
+            ("event_type", "video.changed"),
+        ]));
+        assert!(
+            key == GroupKey {
+                reason: "unknown schema version 9".into(),
+                event_type: "video.changed".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn a_letter_dead_lettered_by_pubsubs_policy_has_a_reason_of_its_own() {
+        let key = group_key(&letter(&[]));
+        assert!(
+            key == GroupKey {
+                reason: POLICY_REASON.into(),
+                event_type: "-".into(),
+            }
+        );
+    }
+}
