@@ -367,7 +367,7 @@ async fn without_a_configured_token_the_console_is_read_only() -> anyhow::Result
             json!({ "schema": "courier", "event_id": p.dead_event_id, "reason": "x", "operator": "mallory" }),
         )
         .await?;
-    assert_eq!(status, 401);
+    assert_eq!(status, 403, "read-only, whatever the token");
     assert_eq!(
         p.db.scalar(
             "SELECT count(*) FROM courier.outbox WHERE dead_at IS NOT NULL AND skipped_at IS NULL"

@@ -116,16 +116,21 @@ fn answer(error: anyhow::Error) -> ApiError {
 
 /// The console an action is for, and who acts, for the audit tables: the name the operator
 /// gave, and from where. Refused when the console is read-only.
-fn acting(req: &HttpRequest, operator: &str) -> Result<(Arc<Console>, String), ApiError> {
+fn acting(req: &HttpRequest, operator: &str) -> Result<(Arc<Console>, String), actix_web::Error> {
     let console = console_of(req)?;
     if !console.writable {
-        return Err(ApiError::Unauthorized);
+        // 403, not 401: no token would do (the framework's errors have no 403 of their own).
+        let refusal = HttpResponse::Forbidden().json(serde_json::json!({
+            "error": "the console is read-only: no http.auth_token is configured"
+        }));
+        return Err(actix_web::error::InternalError::from_response("read-only", refusal).into());
     }
     let operator = operator.trim();
     if operator.is_empty() || operator.len() > 100 {
         return Err(ApiError::BadRequest(
             "operator must name who acts (1 to 100 characters)".into(),
-        ));
+        )
+        .into());
     }
     let from = req
         .connection_info()
@@ -191,7 +196,7 @@ async fn retry(
     req: HttpRequest,
     _: WriteAccess,
     body: web::Json<RetryRequest>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, actix_web::Error> {
     let (console, by) = acting(&req, &body.operator)?;
     let service = console
         .service(&body.schema)
@@ -210,15 +215,16 @@ async fn retry(
                 return Err(ApiError::Conflict(format!(
                     "{} dead rows now, not the {expected} confirmed; look again",
                     dead.len()
-                )));
+                ))
+                .into());
             }
             DeadSelection::Ids(dead.into_iter().map(|r| r.event_id).collect())
         }
         (false, false) => DeadSelection::Ids(body.event_ids.clone()),
         _ => {
-            return Err(ApiError::BadRequest(
-                "give either event_ids or all (with expected)".into(),
-            ))
+            return Err(
+                ApiError::BadRequest("give either event_ids or all (with expected)".into()).into(),
+            )
         }
     };
     let acted = crate::outbox::retry(&service.operator, &selection, &by, &body.reason, false)
@@ -241,7 +247,7 @@ async fn skip(
     req: HttpRequest,
     _: WriteAccess,
     body: web::Json<SkipRequest>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, actix_web::Error> {
     let (console, by) = acting(&req, &body.operator)?;
     let service = console
         .service(&body.schema)
@@ -273,7 +279,7 @@ async fn release(
     req: HttpRequest,
     _: WriteAccess,
     body: web::Json<ReleaseRequest>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, actix_web::Error> {
     let (console, by) = acting(&req, &body.operator)?;
     let service = console
         .service(&body.schema)
@@ -311,7 +317,7 @@ async fn republish(
     req: HttpRequest,
     _: WriteAccess,
     body: web::Json<RepublishRequest>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, actix_web::Error> {
     let (console, by) = acting(&req, &body.operator)?;
     let body = body.into_inner();
     let selection = LetterSelection {
