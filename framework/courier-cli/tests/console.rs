@@ -259,23 +259,7 @@ async fn the_state_shows_the_trouble_and_actions_fix_it_through_the_clis_code() 
         .await?;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["republished"], 1);
-    wait_until(
-        WAIT,
-        "the republished dead letter delivered again",
-        || async {
-            p.collector
-                .all()
-                .iter()
-                .any(|m| m.attribute("event_id") == Some("e1"))
-        },
-    )
-    .await?;
-    let again = p
-        .collector
-        .all()
-        .into_iter()
-        .find(|m| m.attribute("event_id") == Some("e1"))
-        .ok_or_else(|| anyhow::anyhow!("e1 not delivered"))?;
+    let again = p.delivered_again("e1").await?;
     assert_eq!(again.ordering_key, "video-1");
     assert!(again
         .attributes

@@ -63,17 +63,7 @@ async fn an_operator_retries_a_dead_row_and_releases_a_parked_key_in_a_browser(
     })
     .await?;
     assert_eq!(p.versions_of(PARKED_KEY), ["3", "4"]);
-    wait_until(
-        WAIT,
-        "the republished dead letter delivered again",
-        || async {
-            p.collector
-                .all()
-                .iter()
-                .any(|m| m.attribute("event_id") == Some("e1"))
-        },
-    )
-    .await?;
+    p.delivered_again("e1").await?;
     assert_eq!(
         p.db.scalar(
             "SELECT count(*) FROM courier.outbox_operator_actions

@@ -11,7 +11,9 @@ use courier::outbox::Outbox;
 use courier::pubsub::SubscriptionSpec;
 use courier::relay::RelayHandle;
 use courier::CourierConfig;
-use courier_testkit::{keyed_event, test_config, wait_until, Collector, TestDb, TestPubSub};
+use courier_testkit::{
+    keyed_event, test_config, wait_until, Collector, Received, TestDb, TestPubSub,
+};
 use google_cloud_pubsub::model::Message;
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
@@ -141,6 +143,24 @@ impl Pipeline {
         args: &[&str],
     ) -> anyhow::Result<ConsoleProcess> {
         ConsoleProcess::start(self, token, args).await
+    }
+
+    /// Waits for the dead letter of event `event_id` (`e1` or `e2`) to be delivered again on
+    /// the subscription, and returns it.
+    pub async fn delivered_again(&self, event_id: &str) -> anyhow::Result<Received> {
+        let find = || {
+            self.collector
+                .all()
+                .into_iter()
+                .find(|m| m.attribute("event_id") == Some(event_id))
+        };
+        wait_until(
+            WAIT,
+            "the republished dead letter delivered again",
+            || async { find().is_some() },
+        )
+        .await?;
+        find().ok_or_else(|| anyhow::anyhow!("{event_id} not delivered"))
     }
 
     /// The collector's events of `key`, by version attribute.
