@@ -73,8 +73,9 @@ struct AuditEntry {
 }
 
 impl Console {
-    /// A console over `configs` (one per service). `auth_token` is the token actions need;
-    /// without one the console is read-only.
+    /// A console over `configs` (one per service), reading dead letters through `pubsub`.
+    /// `writable`: a bearer token is configured (the server checks it); without one the
+    /// console is read-only.
     pub fn new(
         configs: Vec<CourierConfig>,
         pubsub: PubSub,
