@@ -89,6 +89,22 @@ stop_emulator() {
     fi
 }
 
+# Installs the Debian package $1 (for the tool $2, named in the error), quietly; as root, or
+# through sudo.
+apt_install() (
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    log=$(mktemp)
+    trap 'rm -f "$log"' EXIT
+    if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && $sudo env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -qq --no-install-recommends "$1"; } >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "could not install $2 (Debian package $1)" >&2
+        exit 1
+    fi
+)
+
 # promtool (Debian package prometheus) for the alert-rule tests (deploy/prometheus/check.sh).
 # Installed only when missing. The package's Prometheus server must not start: a policy-rc.d
 # forbids service starts during the install, and a systemd unit is stopped and disabled.
@@ -102,16 +118,7 @@ ensure_promtool() (
         printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
         $sudo chmod 755 "$policy"
     fi
-    log=$(mktemp)
-    if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-        && $sudo env DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -qq --no-install-recommends prometheus; } >"$log" 2>&1; then
-        cat "$log" >&2
-        rm -f "$log"
-        echo "could not install promtool (Debian package prometheus)" >&2
-        exit 1
-    fi
-    rm -f "$log"
+    apt_install prometheus promtool
     if [ -d /run/systemd/system ]; then
         $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
     fi
@@ -144,6 +151,30 @@ ensure_producer_clients() (
         if ! npm ci --no-audit --no-fund >"$log" 2>&1; then
             cat "$log" >&2
             echo "could not install tests/clients/package-lock.json" >&2
+            exit 1
+        fi
+        cp package-lock.json node_modules/.package-lock.installed
+    fi
+)
+
+# The browser test of the operator console (framework/courier-cli/tests/console_browser.rs):
+# Debian's chromium (installed when missing, as promtool is) and playwright-core, pinned in
+# tests/browser/package-lock.json, into tests/browser/node_modules (git-ignored; installed again
+# only when the pin changes). playwright-core is the library alone: it downloads no browser.
+ensure_console_browser() (
+    set -euo pipefail
+    if [ ! -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+        echo "stack: installing Debian's chromium for the console's browser test" >&2
+        apt_install chromium chromium
+    fi
+    cd "$STACK_SCRIPTS_DIR/../framework/courier-cli/tests/browser"
+    if ! cmp -s package-lock.json node_modules/.package-lock.installed 2>/dev/null; then
+        echo "stack: installing playwright-core for the console's browser test (tests/browser/node_modules)" >&2
+        log=$(mktemp)
+        trap 'rm -f "$log"' EXIT
+        if ! npm ci --no-audit --no-fund >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "could not install framework/courier-cli/tests/browser/package-lock.json" >&2
             exit 1
         fi
         cp package-lock.json node_modules/.package-lock.installed

@@ -3,11 +3,16 @@
 //! original data, attributes and ordering key, without what dead-lettering added.
 
 use crate::output::print_json;
+use crate::service::audit_actor;
 use anyhow::Context as _;
 use clap::Args;
-use courier::operations::{read_kept, revived, KeptDeadLetter};
+use courier::db::PgPool;
+use courier::operations::{read_kept, revived, DeadLetterLog, KeptDeadLetter};
 use courier::pubsub::PubSub;
 use courier::CourierConfig;
+use google_cloud_pubsub::client::Publisher;
+use google_cloud_pubsub::model::Message;
+use google_cloud_pubsub::subscriber::handler::Handler;
 use std::time::Duration;
 
 #[derive(Args)]
@@ -48,8 +53,82 @@ pub enum DlqCommand {
     },
 }
 
+/// `<subscription>` → `<subscription>.dlq`, the subscription that keeps its dead letters.
+pub(crate) fn keeper_of(subscription: &str) -> String {
+    format!("{subscription}.dlq")
+}
+
+/// Sends one subscription's dead letters back to its topic for a fresh delivery: the original
+/// data, attributes and ordering key. `courier dlq republish` and the console both act
+/// through it.
+pub(crate) struct Republisher {
+    subscription: String,
+    topic: String,
+    publisher: Publisher,
+    /// The consuming service's schema logs its dead letters (`dlq_message_count`): a
+    /// republished one is closed there.
+    log: DeadLetterLog,
+    pool: PgPool,
+}
+
+impl Republisher {
+    pub(crate) async fn new(
+        config: &CourierConfig,
+        pubsub: &PubSub,
+        subscription: &str,
+    ) -> anyhow::Result<Self> {
+        let topic = topic_of(subscription)?.to_owned();
+        Ok(Self {
+            subscription: subscription.to_owned(),
+            publisher: pubsub.publisher(&topic, Duration::from_millis(5)).await?,
+            topic,
+            log: DeadLetterLog::new(&config.database.schema),
+            pool: courier::db::pool(&config.database, "courier-cli")?,
+        })
+    }
+
+    /// Publishes `message` (read from the keeper) back to the topic, then acks it in the
+    /// keeper: only what the topic stored leaves the keeper. Returns whether it was open in
+    /// the schema's log; without that log (another schema) the republish still stands.
+    pub(crate) async fn republish(
+        &self,
+        message: &Message,
+        handler: Handler,
+        actor: &str,
+        reason: &str,
+    ) -> anyhow::Result<bool> {
+        let topic = &self.topic;
+        self.publisher
+            .publish(revived(message))
+            .await
+            .with_context(|| format!("republish {} to {topic}", message.message_id))?;
+        handler.ack();
+        let original = KeptDeadLetter::of(message)
+            .original_message_id
+            .unwrap_or_default();
+        tracing::info!(
+            subscription = %self.subscription,
+            message_id = %original,
+            actor,
+            reason,
+            "dead letter republished"
+        );
+        match self
+            .log
+            .republished(&self.pool, &self.subscription, &original)
+            .await
+        {
+            Ok(closed) => Ok(closed),
+            Err(e) => {
+                tracing::warn!(message_id = %original, error = %e, "dead letter not closed in the log");
+                Ok(false)
+            }
+        }
+    }
+}
+
 /// `<topic>.<consumer>-<role>` → `<topic>`.
-fn topic_of(subscription: &str) -> anyhow::Result<&str> {
+pub(crate) fn topic_of(subscription: &str) -> anyhow::Result<&str> {
     courier::pubsub::topic_of_subscription(subscription).ok_or_else(|| {
         anyhow::anyhow!("--subscription {subscription:?} is not named <topic>.<consumer>-<role>")
     })
@@ -61,7 +140,7 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
         DlqCommand::Republish { args, dry_run } => (args, !dry_run),
     };
     let topic = topic_of(&args.subscription)?.to_owned();
-    let keeper = format!("{}.dlq", args.subscription);
+    let keeper = keeper_of(&args.subscription);
     let pubsub = PubSub::new(config.pubsub.clone());
     let read = read_kept(
         &pubsub,
@@ -75,31 +154,17 @@ pub async fn run(config: CourierConfig, command: DlqCommand) -> anyhow::Result<(
     let mut republished = 0;
     let mut closed_in_log = 0;
     if republish {
-        // The consuming service's schema logs its dead letters (dlq_message_count): close
-        // the republished ones there. Without that schema the republish still stands.
-        let log = courier::operations::DeadLetterLog::new(&config.database.schema);
-        let pool = courier::db::pool(&config.database, "courier-cli")?;
+        let republisher = Republisher::new(&config, &pubsub, &args.subscription).await?;
+        let actor = audit_actor();
         // Drawn only on a terminal (stderr), so scripts and --json output stay clean.
         let progress = indicatif::ProgressBar::new(read.len() as u64).with_message("republishing");
-        let publisher = pubsub.publisher(&topic, Duration::from_millis(5)).await?;
         for (message, handler) in read {
-            // Ack only what the main topic stored; a failure leaves the rest in the keeper.
-            publisher
-                .publish(revived(&message))
-                .await
-                .with_context(|| format!("republish {} to {topic}", message.message_id))?;
-            handler.ack();
+            let closed = republisher
+                .republish(&message, handler, &actor, "courier dlq republish")
+                .await?;
             republished += 1;
+            closed_in_log += usize::from(closed);
             progress.inc(1);
-            let original = KeptDeadLetter::of(&message)
-                .original_message_id
-                .unwrap_or_default();
-            match log.republished(&pool, &args.subscription, &original).await {
-                Ok(closed) => closed_in_log += usize::from(closed),
-                Err(e) => progress.println(format!(
-                    "warning: dead letter {original} not closed in the log: {e}"
-                )),
-            }
         }
         progress.finish_and_clear();
     }

@@ -10,15 +10,19 @@
 //! - `offsets show | reset`, `replay`: consumer positions, audited resets, Seek.
 //! - `status`: one service's pipeline on one screen.
 //! - `dlq peek | republish`: a subscription's dead letters, and sending them back.
+//! - `console`: the pipeline on one web page with the actions above behind a token
+//!   ([`console`]; a service can mount its routes too).
 //! - `verify` checks a deployment's write side end to end: append events, watch them arrive
 //!   in order on a subscription of its own.
 
+pub mod console;
 mod dlq;
 mod offsets;
 mod outbox;
 mod output;
 mod parked;
 mod provision;
+mod refusal;
 mod relay;
 pub mod service;
 mod status;
@@ -88,6 +92,9 @@ pub enum Command {
     Parked(parked::ParkedCommand),
     /// One screen per service: backlog, publish rate, relays, dead letters, consumer lag.
     Status(status::StatusArgs),
+    /// Serve the operator console: the pipeline on one web page, with the CLI's actions
+    /// (retry, skip, release, republish) behind the bearer token, audited.
+    Console(console::ConsoleArgs),
     /// Check the write side end to end: append events through the outbox, watch them arrive
     /// on a subscription of its own, every one and each key in order.
     #[command(
@@ -121,6 +128,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => status::run(config, args).await,
         Command::Dlq(command) => dlq::run(config, command).await,
         Command::Parked(command) => parked::run(config, command).await,
+        Command::Console(args) => console::run(config, args).await,
     }
 }
 

@@ -2,9 +2,10 @@
 //! list, retry, skip (retries and skips are audited in `outbox_operator_actions`).
 
 use crate::output::print_json;
+use crate::refusal::{require_reason, Refusal};
 use crate::service::audit_actor;
 use clap::{Args, Subcommand};
-use courier::operations::{Audit, DeadSelection, OutboxOperator};
+use courier::operations::{ActedOn, Audit, DeadSelection, OutboxOperator};
 use courier::CourierConfig;
 use uuid::Uuid;
 
@@ -135,31 +136,8 @@ pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Resul
             } else {
                 DeadSelection::Ids(ids)
             };
-            let acted = if dry_run {
-                let dead = operator.dead_rows(i64::MAX).await?;
-                dead.into_iter()
-                    .filter(|r| match &selection {
-                        DeadSelection::All => true,
-                        DeadSelection::Ids(ids) => ids.contains(&r.event_id),
-                    })
-                    .map(|r| courier::operations::ActedOn {
-                        event_id: r.event_id,
-                        aggregate_id: r.aggregate_id,
-                        version: r.version,
-                    })
-                    .collect()
-            } else {
-                let actor = audit_actor();
-                operator
-                    .retry(
-                        &selection,
-                        &Audit {
-                            actor: &actor,
-                            reason: &reason,
-                        },
-                    )
-                    .await?
-            };
+            let actor = audit_actor();
+            let acted = retry(&operator, &selection, &actor, &reason, dry_run).await?;
             if json.json {
                 return print_json(&acted);
             }
@@ -168,36 +146,17 @@ pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Resul
             for a in &acted {
                 println!("  {} {} v{}", a.event_id, a.aggregate_id, a.version);
             }
-            if let DeadSelection::Ids(ids) = &selection {
-                let missing: Vec<String> = ids
-                    .iter()
-                    .filter(|id| !acted.iter().any(|a| a.event_id == **id))
-                    .map(Uuid::to_string)
-                    .collect();
-                anyhow::ensure!(missing.is_empty(), "not dead rows: {}", missing.join(", "));
-            }
+            not_dead(&selection, &acted)?;
         }
         OutboxCommand::Dead(DeadCommand::Skip { id, reason, json }) => {
-            anyhow::ensure!(
-                !reason.trim().is_empty(),
-                "--reason must say why the event is given up"
-            );
-            let actor = audit_actor();
-            let acted = operator
-                .skip(
-                    id,
-                    &Audit {
-                        actor: &actor,
-                        reason: &reason,
-                    },
-                )
-                .await?
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "{id} is not a dead row of schema {}",
-                        config.database.schema
-                    )
-                })?;
+            let acted = skip(
+                &operator,
+                &config.database.schema,
+                id,
+                &audit_actor(),
+                &reason,
+            )
+            .await?;
             if json.json {
                 return print_json(&acted);
             }
@@ -208,4 +167,65 @@ pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// Retries the selected dead rows as `actor` (audited), or with `dry_run` says which it would
+/// retry and changes nothing. `courier outbox dead retry` and the console both act through it.
+pub(crate) async fn retry(
+    operator: &OutboxOperator,
+    selection: &DeadSelection,
+    actor: &str,
+    reason: &str,
+    dry_run: bool,
+) -> anyhow::Result<Vec<ActedOn>> {
+    require_reason(reason, "the rows are retried")?;
+    if !dry_run {
+        return Ok(operator.retry(selection, &Audit { actor, reason }).await?);
+    }
+    let dead = operator.dead_rows(i64::MAX).await?;
+    Ok(dead
+        .into_iter()
+        .filter(|r| match selection {
+            DeadSelection::All => true,
+            DeadSelection::Ids(ids) => ids.contains(&r.event_id),
+        })
+        .map(|r| ActedOn {
+            event_id: r.event_id,
+            aggregate_id: r.aggregate_id,
+            version: r.version,
+        })
+        .collect())
+}
+
+/// Fails naming the selected ids that were not dead rows (so nothing was done to them).
+pub(crate) fn not_dead(selection: &DeadSelection, acted: &[ActedOn]) -> anyhow::Result<()> {
+    if let DeadSelection::Ids(ids) = selection {
+        let missing: Vec<String> = ids
+            .iter()
+            .filter(|id| !acted.iter().any(|a| a.event_id == **id))
+            .map(Uuid::to_string)
+            .collect();
+        if !missing.is_empty() {
+            return Err(Refusal::NotFound(format!("not dead rows: {}", missing.join(", "))).into());
+        }
+    }
+    Ok(())
+}
+
+/// Gives up on one dead row as `actor` (audited; `reason` is required, since skipping loses an
+/// event). `courier outbox dead skip` and the console both act through it.
+pub(crate) async fn skip(
+    operator: &OutboxOperator,
+    schema: &str,
+    id: Uuid,
+    actor: &str,
+    reason: &str,
+) -> anyhow::Result<ActedOn> {
+    require_reason(reason, "the event is given up")?;
+    operator
+        .skip(id, &Audit { actor, reason })
+        .await?
+        .ok_or_else(|| {
+            Refusal::NotFound(format!("{id} is not a dead row of schema {schema}")).into()
+        })
 }

@@ -3,9 +3,11 @@
 //! missing event (`courier dlq republish`), or skipping the gap for good (audited).
 
 use crate::output::print_json;
+use crate::refusal::{require_reason, Refusal};
 use crate::service::audit_actor;
 use clap::{Args, Subcommand};
-use courier::operations::{KeyVersions, Release};
+use courier::db::PgPool;
+use courier::operations::{KeyVersions, ParkedKey, Release, ReleaseError, Released};
 use courier::pubsub::PubSub;
 use courier::CourierConfig;
 
@@ -54,12 +56,7 @@ pub async fn run(config: CourierConfig, command: ParkedCommand) -> anyhow::Resul
     let versions = KeyVersions::new(&config.database.schema);
     match command {
         ParkedCommand::List { group, json } => {
-            let parked: Vec<_> = versions
-                .list(&pool)
-                .await?
-                .into_iter()
-                .filter(|p| group.as_ref().is_none_or(|g| *g == p.consumer_group))
-                .collect();
+            let parked = list(&versions, &pool, group.as_deref()).await?;
             if json {
                 return print_json(&parked);
             }
@@ -91,9 +88,7 @@ pub async fn run(config: CourierConfig, command: ParkedCommand) -> anyhow::Resul
                 by: audit_actor(),
                 reason: args.reason.clone(),
             };
-            let released = versions
-                .release(&pool, &PubSub::new(config.pubsub.clone()), &release)
-                .await?;
+            let released = release_key(&config, &versions, &pool, &release).await?;
             if args.json {
                 return print_json(&released);
             }
@@ -112,5 +107,40 @@ pub async fn run(config: CourierConfig, command: ParkedCommand) -> anyhow::Resul
             );
             Ok(())
         }
+    }
+}
+
+/// Parked keys of the schema, of one consumer group when `group` is given. `courier parked
+/// list` and the console both read them through it.
+pub(crate) async fn list(
+    versions: &KeyVersions,
+    pool: &PgPool,
+    group: Option<&str>,
+) -> anyhow::Result<Vec<ParkedKey>> {
+    Ok(versions
+        .list(pool)
+        .await?
+        .into_iter()
+        .filter(|p| group.is_none_or(|g| g == p.consumer_group))
+        .collect())
+}
+
+/// Releases a parked key (audited) and republishes its held events to its topic in version
+/// order. `courier parked release` and the console both act through it.
+pub(crate) async fn release_key(
+    config: &CourierConfig,
+    versions: &KeyVersions,
+    pool: &PgPool,
+    release: &Release,
+) -> anyhow::Result<Released> {
+    require_reason(&release.reason, "the key is released")?;
+    match versions
+        .release(pool, &PubSub::new(config.pubsub.clone()), release)
+        .await
+    {
+        Ok(released) => Ok(released),
+        Err(e @ ReleaseError::NotParked { .. }) => Err(Refusal::NotFound(e.to_string()).into()),
+        Err(e @ ReleaseError::BadSkip(_)) => Err(Refusal::BadInput(e.to_string()).into()),
+        Err(e) => Err(e.into()),
     }
 }

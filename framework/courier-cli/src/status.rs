@@ -4,11 +4,15 @@
 
 use crate::output::print_json;
 use chrono::Utc;
-use courier::db::render;
+use courier::db::{render, PgPool};
 use courier::inbound::OffsetStore;
 use courier::operations::{Horizon, HorizonQuery};
 use courier::CourierConfig;
 use serde::Serialize;
+
+/// When a transaction holding the xmin horizon becomes a warning by default: five minutes of
+/// dead tuples is noticeable on a busy outbox, and the alert fires at ten.
+pub(crate) const HORIZON_WARN_SECS: u64 = 300;
 
 #[derive(clap::Args)]
 #[command(
@@ -23,12 +27,13 @@ pub struct StatusArgs {
     json: bool,
     /// Warn when a transaction has held the xmin horizon back this long (seconds): vacuum
     /// cannot clean the outbox meanwhile.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(long, value_name = "SECS", default_value_t = HORIZON_WARN_SECS)]
     horizon_warn_secs: u64,
 }
 
+/// One service's pipeline: what `courier status` prints and the console shows.
 #[derive(Serialize)]
-struct Status {
+pub(crate) struct Status {
     schema: String,
     pending: i64,
     dead: i64,
@@ -38,6 +43,8 @@ struct Status {
     relays_started_last_hour: i64,
     applied_per_sec: f64,
     relays: Vec<RelayStatus>,
+    /// Unpublished rows per topic and shard.
+    backlog: Vec<Backlog>,
     horizon: HorizonStatus,
     consumers: Vec<ConsumerStatus>,
     /// Dead letters not republished yet, per consumer group.
@@ -51,6 +58,10 @@ struct Status {
 struct RelayStatus {
     instance: String,
     shards: i32,
+    /// The shards it owns (by advisory lock).
+    owned_shards: Vec<i32>,
+    /// Seconds since its last heartbeat; past the claim lease its shards go to other relays.
+    heartbeat_age_secs: f64,
     /// The adaptive limit on publishes in flight (None before the first heartbeat).
     publish_limit: Option<i32>,
     publishes_in_flight: Option<i32>,
@@ -201,10 +212,24 @@ fn thousands(n: i64) -> String {
 struct ConsumerStatus {
     group: String,
     subscription: String,
+    /// Publish time of the newest message the group applied (its offset).
+    offset_publish_time: chrono::DateTime<Utc>,
     /// Lag (publish → projection commit) at the group's last save.
     lag_millis: i64,
     /// Seconds since the group last saved an offset.
     idle_secs: i64,
+    /// Events the group applied per second over the last minute.
+    applied_per_sec: f64,
+}
+
+/// Unpublished rows of one topic in one shard.
+#[derive(Serialize)]
+struct Backlog {
+    topic: String,
+    shard: i32,
+    pending: i64,
+    dead: i64,
+    oldest_pending_secs: f64,
 }
 
 pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> {
@@ -218,7 +243,8 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
     };
     let mut statuses = Vec::new();
     for config in &configs {
-        statuses.push(status_of(config, args.horizon_warn_secs).await?);
+        let pool = courier::db::pool(&config.database, "courier-cli")?;
+        statuses.push(status_of(config, &pool, args.horizon_warn_secs).await?);
     }
     if args.json {
         return match statuses.len() {
@@ -230,9 +256,14 @@ pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn status_of(config: &CourierConfig, horizon_warn_secs: u64) -> anyhow::Result<Status> {
+/// Reads one service's pipeline from its schema. `courier status` prints it; the console
+/// serves it.
+pub(crate) async fn status_of(
+    config: &CourierConfig,
+    pool: &PgPool,
+    horizon_warn_secs: u64,
+) -> anyhow::Result<Status> {
     let schema = &config.database.schema;
-    let pool = courier::db::pool(&config.database, "courier-cli")?;
     let conn = pool.get().await?;
     let lease = config.relay.claim_lease().as_secs_f64();
     let row = conn
@@ -251,30 +282,55 @@ async fn status_of(config: &CourierConfig, horizon_warn_secs: u64) -> anyhow::Re
         .map(|r| RelayStatus {
             instance: r.get("instance"),
             shards: r.get("shards"),
+            owned_shards: r.get("owned_shards"),
+            heartbeat_age_secs: r.get("heartbeat_age_secs"),
             publish_limit: r.get("publish_limit"),
             publishes_in_flight: r.get("publishes_in_flight"),
             publish_latency_ms: r.get("publish_latency_ms"),
             publish_keys_out: r.get("publish_keys_out"),
         })
         .collect();
+    let backlog = conn
+        .query(&render(include_str!("queries/backlog.sql"), schema), &[])
+        .await?
+        .iter()
+        .map(|r| Backlog {
+            topic: r.get("topic"),
+            shard: r.get("shard"),
+            pending: r.get("pending"),
+            dead: r.get("dead"),
+            oldest_pending_secs: r.get("oldest_pending_secs"),
+        })
+        .collect();
+    let applied: std::collections::HashMap<String, i64> = conn
+        .query(
+            &render(include_str!("queries/applied_by_group.sql"), schema),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get("consumer_group"), r.get("applied")))
+        .collect();
     drop(conn);
+    let per_sec = |n: i64| n as f64 / 60.0;
     let horizon = HorizonStatus::new(
-        HorizonQuery::new(schema).read(&pool).await?,
+        HorizonQuery::new(schema).read(pool).await?,
         horizon_warn_secs,
     );
     let offsets = OffsetStore::new(schema, config.consumer.offset_lanes);
     let mut consumers = Vec::new();
-    for group in offsets.groups(&pool).await? {
-        if let Some(offset) = offsets.load(&pool, &group).await? {
+    for group in offsets.groups(pool).await? {
+        if let Some(offset) = offsets.load(pool, &group).await? {
             consumers.push(ConsumerStatus {
+                applied_per_sec: per_sec(applied.get(&group).copied().unwrap_or(0)),
                 group,
                 subscription: offset.subscription,
+                offset_publish_time: offset.newest_publish_time,
                 lag_millis: offset.max_lag_millis,
                 idle_secs: (Utc::now() - offset.updated_at).num_seconds(),
             });
         }
     }
-    let per_sec = |n: i64| n as f64 / 60.0;
     let status = Status {
         schema: schema.clone(),
         pending: row.get("pending"),
@@ -285,16 +341,32 @@ async fn status_of(config: &CourierConfig, horizon_warn_secs: u64) -> anyhow::Re
         relays_started_last_hour: row.get("relays_started_last_hour"),
         applied_per_sec: per_sec(row.get("applied_last_minute")),
         relays,
+        backlog,
         horizon,
         consumers,
         dead_letters: courier::operations::DeadLetterLog::new(schema)
-            .open(&pool)
+            .open(pool)
             .await?,
         parked_keys: courier::operations::KeyVersions::new(schema)
-            .list(&pool)
+            .list(pool)
             .await?,
     };
     Ok(status)
+}
+
+impl Status {
+    /// The subscriptions the schema's consumers read or dead-lettered from.
+    pub(crate) fn subscriptions(&self) -> Vec<String> {
+        let mut subscriptions: Vec<String> = self
+            .consumers
+            .iter()
+            .map(|c| c.subscription.clone())
+            .chain(self.dead_letters.iter().map(|d| d.subscription.clone()))
+            .collect();
+        subscriptions.sort();
+        subscriptions.dedup();
+        subscriptions
+    }
 }
 
 fn print(status: &Status) {

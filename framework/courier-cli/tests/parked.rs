@@ -2,6 +2,7 @@
 //! listed with what it holds; releasing it with `--skip-to` moves its version, republishes its
 //! events to the topic in version order with their attributes and ordering key, and is audited.
 
+mod pipeline;
 mod support;
 
 use courier_testkit::{wait_until, Collector, TestDb, TestPubSub};
@@ -28,22 +29,7 @@ async fn a_parked_key_is_listed_and_a_release_republishes_its_events_in_order() 
     .await;
     assert!(ok, "{stderr}");
     let main = Collector::start(&pubsub, &subscription).await?;
-    // What a consumer leaves when v2 of video-1 never came: v4 and v3 held (stored out of
-    // order on purpose), the key at v1.
-    db.client()
-        .await?
-        .batch_execute(&format!(
-            "INSERT INTO courier.projection_keys VALUES ('engagement_reader', 'video-1', now());
-             INSERT INTO courier.projection_version_log VALUES ('engagement_reader', 'video-1', 1);
-             INSERT INTO courier.parked_keys (consumer_group, routing_key, subscription, expected_version, reason)
-             VALUES ('engagement_reader', 'video-1', '{subscription}', 2, 'version 2 did not come within 60 s');
-             INSERT INTO courier.parked_events
-                 (consumer_group, routing_key, event_id, version, message_id, ordering_key, attributes, data, publish_time)
-             VALUES
-               ('engagement_reader', 'video-1', gen_random_uuid(), 4, 'm4', 'video-1', '{{\"version\": \"4\"}}', 'four', now()),
-               ('engagement_reader', 'video-1', gen_random_uuid(), 3, 'm3', 'video-1', '{{\"version\": \"3\"}}', 'three', now());"
-        ))
-        .await?;
+    pipeline::park_key(&db, &subscription, "video-1").await?;
 
     let (ok, stdout, stderr) = courier(&pubsub, &db, &["parked", "list", "--json"]).await;
     assert!(ok, "{stderr}");

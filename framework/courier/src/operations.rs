@@ -20,8 +20,8 @@ pub use crate::horizon::{
 pub use crate::inbound::dead_letter::{read_kept, revived, DeadLetters, KeptDeadLetter};
 pub use crate::inbound::dead_letter_log::{DeadLetterLog, OpenDeadLetters};
 pub use crate::inbound::offsets::Position;
-pub use crate::inbound::parked::{KeyVersions, ParkedKey, Release, ReleaseError};
-pub use crate::outbox::operator::{ActedOn, Audit, DeadSelection, OutboxOperator};
+pub use crate::inbound::parked::{KeyVersions, ParkedKey, Release, ReleaseError, Released};
+pub use crate::outbox::operator::{ActedOn, Audit, DeadRow, DeadSelection, OutboxOperator};
 pub use crate::relay::backlog::BacklogGauge;
 pub use crate::relay::publisher::CLIENT_BATCH_DELAY;
 pub use crate::relay::store::{

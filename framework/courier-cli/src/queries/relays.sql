@@ -1,7 +1,9 @@
--- The live relays of one service (heartbeat within $1 seconds) and what each one's publish limit
--- saw at its last heartbeat (relay/publish_limit.rs).
+-- The live relays of one service (heartbeat within $1 seconds): the shards each owns, how long
+-- ago it last beat, and what its publish limit saw at that heartbeat (relay/publish_limit.rs).
 SELECT instance_id::text AS instance,
        cardinality(owned_shards) AS shards,
+       owned_shards,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age_secs,
        publish_limit,
        publishes_in_flight,
        publish_latency_ms,
