@@ -111,8 +111,10 @@ else
     echo "terraform is not installed: terraform fmt -check skipped"
 fi
 # Each topic carries its schema from terraform/schemas/<topic>.proto (google_pubsub_schema's
-# file(...)); courier-proto's tests/pubsub_schemas.rs checks their content.
-mapfile -t topics < <(sed -n 's/^ *topic *= *"\([^"]*\)".*/\1/p' "$deploy/terraform/main.tf")
+# file(...)); courier-proto's tests/pubsub_schemas.rs checks their content. The topics are the
+# values of main.tf's `topics = { <publisher> = "<topic>" … }` local.
+mapfile -t topics < <(sed -n '/^  topics = {$/,/^  }$/ s/^ *[a-z_]* *= *"\([^"]*\)".*/\1/p' \
+    "$deploy/terraform/main.tf")
 if [[ ${#topics[@]} -eq 0 ]]; then
     echo "no topics found in terraform/main.tf" >&2
     failed+=("terraform schemas")

@@ -4,11 +4,16 @@
 #
 # Messages flow:
 #   catalog    --publishes-->  catalog.video.events     --> catalog.video.events.engagement-reader     --> engagement
+#                                                       --> catalog.video.events.search-indexer        --> search
 #   engagement --publishes-->  engagement.video.events  --> engagement.video.events.catalog-projector  --> catalog
+#   search     --publishes-->  search.video.events      (no subscriber yet)
 # A subscription dead-letters into <topic>.dlq after 5 delivery attempts; the framework also
-# publishes permanently failing messages there itself, with the reason. Each DLQ topic has a
-# keeper subscription <subscription>.dlq so that dead letters are retained until an operator
-# inspects or republishes them (`courier` CLI).
+# publishes permanently failing messages there itself, with the reason. The subscriptions of
+# one topic share its DLQ topic (as `provision` creates them): each subscription has a keeper
+# subscription <subscription>.dlq on it, so that dead letters are retained until an operator
+# inspects or republishes them (`courier` CLI). A keeper on a shared DLQ topic receives the dead
+# letters of every subscription of that topic; each carries the subscription it came from
+# (courier_dlq_subscription, or Pub/Sub's CloudPubSubDeadLetterSourceSubscription).
 #
 # On GCP the services do not run `provision`: this file creates what it would.
 
@@ -30,24 +35,45 @@ provider "google" {
 data "google_project" "this" {}
 
 locals {
-  # One entry per inbound stream: which service publishes the topic and which one consumes
-  # the subscription.
-  streams = {
+  # The event topics, keyed by the service that publishes each (its outbound topic).
+  topics = {
+    catalog    = "catalog.video.events"
+    engagement = "engagement.video.events"
+    search     = "search.video.events"
+  }
+
+  # One entry per consumed subscription (<topic>.<service>-<role>): the topic it reads (a key of
+  # local.topics) and the service that consumes it. The keys are Terraform addresses and must
+  # not change: `catalog` and `engagement` predate the search service and name the publisher of
+  # the topic (each topic had one subscription then); renaming them would make Terraform
+  # replace those subscriptions, losing their backlog and retained messages, and re-create
+  # their IAM bindings. Later entries are keyed by consumer group (<service>_<role>).
+  subscriptions = {
     catalog = {
-      topic        = "catalog.video.events"
+      topic        = "catalog"
       subscription = "catalog.video.events.engagement-reader"
-      publisher    = "catalog"
       consumer     = "engagement"
     }
     engagement = {
-      topic        = "engagement.video.events"
+      topic        = "engagement"
       subscription = "engagement.video.events.catalog-projector"
-      publisher    = "engagement"
       consumer     = "catalog"
+    }
+    search_indexer = {
+      topic        = "catalog"
+      subscription = "catalog.video.events.search-indexer"
+      consumer     = "search"
     }
   }
 
-  services = toset(["catalog", "engagement"])
+  # The topics something consumes: each has a dead-letter topic <topic>.dlq, shared by its
+  # subscriptions. A topic nobody subscribes to (search.video.events for now) needs none.
+  dlq_topics = {
+    for k, topic in local.topics : k => topic
+    if contains([for s in values(local.subscriptions) : s.topic], k)
+  }
+
+  services = toset(["catalog", "engagement", "search"])
 
   # Google-managed identity that forwards dead letters: it must publish to the DLQ topics and
   # subscribe (ack the forwarded message) on the source subscriptions.
@@ -62,16 +88,16 @@ locals {
 # tests/pubsub_schemas.rs. The emulator does not implement protobuf schemas (docs/emulator.md):
 # `provision` creates topics without one there.
 resource "google_pubsub_schema" "events" {
-  for_each   = local.streams
-  name       = "${each.value.topic}.schema"
+  for_each   = local.topics
+  name       = "${each.value}.schema"
   type       = "PROTOCOL_BUFFER"
-  definition = file("${path.module}/schemas/${each.value.topic}.proto")
+  definition = file("${path.module}/schemas/${each.value}.proto")
 }
 
 resource "google_pubsub_topic" "events" {
   # checkov:skip=CKV_GCP_83:Google-managed encryption at rest is deliberate: a customer-managed key (kms_key_name) adds a Cloud KMS key ring to run, rotate and pay for, and a disabled key stops the pipeline; add kms_key_name where policy requires CMEK (deploy/README.md)
-  for_each = local.streams
-  name     = each.value.topic
+  for_each = local.topics
+  name     = each.value
 
   schema_settings {
     schema   = google_pubsub_schema.events[each.key].id
@@ -81,14 +107,14 @@ resource "google_pubsub_topic" "events" {
 
 resource "google_pubsub_topic" "dlq" {
   # checkov:skip=CKV_GCP_83:Google-managed encryption at rest is deliberate: a customer-managed key (kms_key_name) adds a Cloud KMS key ring to run, rotate and pay for, and a disabled key stops the pipeline; add kms_key_name where policy requires CMEK (deploy/README.md)
-  for_each = local.streams
-  name     = "${each.value.topic}.dlq"
+  for_each = local.dlq_topics
+  name     = "${each.value}.dlq"
 }
 
 resource "google_pubsub_subscription" "events" {
-  for_each = local.streams
+  for_each = local.subscriptions
   name     = each.value.subscription
-  topic    = google_pubsub_topic.events[each.key].id
+  topic    = google_pubsub_topic.events[each.value.topic].id
 
   # Events carry the aggregate id as ordering key: per-aggregate order end to end.
   enable_message_ordering = true
@@ -99,7 +125,7 @@ resource "google_pubsub_subscription" "events" {
   message_retention_duration = var.message_retention_duration
 
   dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.dlq[each.key].id
+    dead_letter_topic     = google_pubsub_topic.dlq[each.value.topic].id
     max_delivery_attempts = 5 # = consumer.max_delivery_attempts
   }
 
@@ -116,9 +142,9 @@ resource "google_pubsub_subscription" "events" {
 
 # Keeper subscriptions: a topic without a subscription drops what is published to it.
 resource "google_pubsub_subscription" "dlq_keeper" {
-  for_each = local.streams
+  for_each = local.subscriptions
   name     = "${each.value.subscription}.dlq"
-  topic    = google_pubsub_topic.dlq[each.key].id
+  topic    = google_pubsub_topic.dlq[each.value.topic].id
 
   ack_deadline_seconds       = 60
   message_retention_duration = var.message_retention_duration
@@ -144,15 +170,15 @@ resource "google_service_account" "migrate" {
 
 # Each service publishes its own events topic...
 resource "google_pubsub_topic_iam_member" "publisher" {
-  for_each = local.streams
+  for_each = local.topics
   topic    = google_pubsub_topic.events[each.key].id
   role     = "roles/pubsub.publisher"
-  member   = "serviceAccount:${google_service_account.service[each.value.publisher].email}"
+  member   = "serviceAccount:${google_service_account.service[each.key].email}"
 }
 
 # ...consumes the subscription it reads...
 resource "google_pubsub_subscription_iam_member" "subscriber" {
-  for_each     = local.streams
+  for_each     = local.subscriptions
   subscription = google_pubsub_subscription.events[each.key].id
   role         = "roles/pubsub.subscriber"
   member       = "serviceAccount:${google_service_account.service[each.value.consumer].email}"
@@ -160,14 +186,14 @@ resource "google_pubsub_subscription_iam_member" "subscriber" {
 
 # ...may look at the metadata of both (publisher/subscriber grant no get)...
 resource "google_pubsub_topic_iam_member" "publisher_viewer" {
-  for_each = local.streams
+  for_each = local.topics
   topic    = google_pubsub_topic.events[each.key].id
   role     = "roles/pubsub.viewer"
-  member   = "serviceAccount:${google_service_account.service[each.value.publisher].email}"
+  member   = "serviceAccount:${google_service_account.service[each.key].email}"
 }
 
 resource "google_pubsub_subscription_iam_member" "subscriber_viewer" {
-  for_each     = local.streams
+  for_each     = local.subscriptions
   subscription = google_pubsub_subscription.events[each.key].id
   role         = "roles/pubsub.viewer"
   member       = "serviceAccount:${google_service_account.service[each.value.consumer].email}"
@@ -175,22 +201,22 @@ resource "google_pubsub_subscription_iam_member" "subscriber_viewer" {
 
 # ...and publishes dead letters (with their reason) to the DLQ of the subscription it consumes.
 resource "google_pubsub_topic_iam_member" "consumer_dlq_publisher" {
-  for_each = local.streams
-  topic    = google_pubsub_topic.dlq[each.key].id
+  for_each = local.subscriptions
+  topic    = google_pubsub_topic.dlq[each.value.topic].id
   role     = "roles/pubsub.publisher"
   member   = "serviceAccount:${google_service_account.service[each.value.consumer].email}"
 }
 
 # Pub/Sub's own dead lettering (after max_delivery_attempts) runs as the service agent.
 resource "google_pubsub_topic_iam_member" "agent_dlq_publisher" {
-  for_each = local.streams
+  for_each = local.dlq_topics
   topic    = google_pubsub_topic.dlq[each.key].id
   role     = "roles/pubsub.publisher"
   member   = local.pubsub_service_agent
 }
 
 resource "google_pubsub_subscription_iam_member" "agent_subscriber" {
-  for_each     = local.streams
+  for_each     = local.subscriptions
   subscription = google_pubsub_subscription.events[each.key].id
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
@@ -199,7 +225,7 @@ resource "google_pubsub_subscription_iam_member" "agent_subscriber" {
 # Operators: read the DLQ keepers, republish to the source topics (courier CLI).
 resource "google_pubsub_subscription_iam_member" "operator_dlq" {
   for_each = {
-    for pair in setproduct(keys(local.streams), var.operators) : "${pair[0]}/${pair[1]}" => {
+    for pair in setproduct(keys(local.subscriptions), var.operators) : "${pair[0]}/${pair[1]}" => {
       stream = pair[0]
       member = pair[1]
     }
@@ -209,9 +235,10 @@ resource "google_pubsub_subscription_iam_member" "operator_dlq" {
   member       = each.value.member
 }
 
+# A dead letter comes from a consumed topic, so only those are republished to.
 resource "google_pubsub_topic_iam_member" "operator_republish" {
   for_each = {
-    for pair in setproduct(keys(local.streams), var.operators) : "${pair[0]}/${pair[1]}" => {
+    for pair in setproduct(keys(local.dlq_topics), var.operators) : "${pair[0]}/${pair[1]}" => {
       stream = pair[0]
       member = pair[1]
     }

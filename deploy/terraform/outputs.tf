@@ -9,21 +9,24 @@ output "migrate_service_account" {
 }
 
 output "topics" {
-  description = "Events topic and its dead-letter topic, per publishing service."
+  description = "Events topic and its dead-letter topic (null while nothing subscribes to the topic), per publishing service."
   value = {
     for k, t in google_pubsub_topic.events : k => {
       topic = t.name
-      dlq   = google_pubsub_topic.dlq[k].name
+      dlq   = try(google_pubsub_topic.dlq[k].name, null)
     }
   }
 }
 
 output "subscriptions" {
-  description = "Subscription and its DLQ keeper subscription, per source topic."
+  description = "Per subscription (by name): the topic it reads, the service that consumes it, its dead-letter topic and its DLQ keeper subscription."
   value = {
-    for k, s in google_pubsub_subscription.events : k => {
-      subscription = s.name
-      dlq_keeper   = google_pubsub_subscription.dlq_keeper[k].name
+    for k, s in google_pubsub_subscription.events : s.name => {
+      subscription      = s.name
+      topic             = google_pubsub_topic.events[local.subscriptions[k].topic].name
+      consumer          = local.subscriptions[k].consumer
+      dead_letter_topic = google_pubsub_topic.dlq[local.subscriptions[k].topic].name
+      dlq_keeper        = google_pubsub_subscription.dlq_keeper[k].name
     }
   }
 }

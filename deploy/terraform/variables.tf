@@ -16,7 +16,7 @@ variable "message_retention_duration" {
 }
 
 variable "gke_workload_identity" {
-  description = "Let the Kubernetes service accounts courier/catalog and courier/engagement act as the Google service accounts (deploy/k8s on GKE with Workload Identity)."
+  description = "Let the Kubernetes service accounts courier/catalog, courier/engagement and courier/search act as the Google service accounts (deploy/k8s on GKE with Workload Identity)."
   type        = bool
   default     = false
 }

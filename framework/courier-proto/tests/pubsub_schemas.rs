@@ -3,6 +3,8 @@
 //! numbers, types, presence and oneofs, with the schema's own Timestamp shaped like
 //! google.protobuf.Timestamp. Real Pub/Sub then rejects a malformed message at publish; the
 //! emulator does not implement protobuf schemas (docs/emulator.md), so this is what can be checked.
+//! The envelopes are this crate's (`proto/`) and those services keep beside their code (the
+//! search service's `services/search/proto/`); every schema file has its envelope here.
 
 use prost_types::field_descriptor_proto::Type;
 use prost_types::{DescriptorProto, EnumDescriptorProto, FileDescriptorSet};
@@ -94,20 +96,44 @@ fn compile(file: &str, include: &Path) -> FileDescriptorSet {
 fn each_pubsub_schema_matches_its_envelope_on_the_wire() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let protos = crate_dir.join("proto");
+    let search_protos = crate_dir.join("../../services/search/proto");
     let schemas = crate_dir.join("../../deploy/terraform/schemas");
-    for (topic, proto, package) in [
+    let topics = [
         (
             "catalog.video.events",
+            &protos,
             "catalog/v1/video_events.proto",
             "catalog.v1",
         ),
         (
             "engagement.video.events",
+            &protos,
             "engagement/v1/video_events.proto",
             "engagement.v1",
         ),
-    ] {
-        let envelope = event_shape(&compile(proto, &protos), &format!(".{package}.Event"));
+        (
+            "search.video.events",
+            &search_protos,
+            "search/v1/document_events.proto",
+            "search.v1",
+        ),
+    ];
+    // A schema file without an envelope here would go unchecked.
+    let mut files: Vec<String> = std::fs::read_dir(&schemas)
+        .expect("deploy/terraform/schemas")
+        .map(|entry| entry.expect("schema dir entry").file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".proto"))
+        .collect();
+    files.sort();
+    let mut checked: Vec<String> = topics.iter().map(|t| format!("{}.proto", t.0)).collect();
+    checked.sort();
+    assert_eq!(
+        files, checked,
+        "schema files and the envelopes checked here"
+    );
+    for (topic, include, proto, package) in topics {
+        let envelope = event_shape(&compile(proto, include), &format!(".{package}.Event"));
         let schema_file = format!("{topic}.proto");
         let schema_set = compile(&schema_file, &schemas);
         let schema = &schema_set.file[0];

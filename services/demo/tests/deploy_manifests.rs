@@ -9,6 +9,13 @@ use std::path::{Path, PathBuf};
 use yaml_rust2::{Yaml, YamlLoader};
 
 const SUBCOMMANDS: &[&str] = &["serve", "migrate", "provision"];
+/// Every service binary: each is deployed (served and migrated) on both platforms.
+const SERVICES: &[&str] = &[
+    courier_catalog::NAME,
+    courier_engagement::NAME,
+    courier_search::NAME,
+];
+const PLATFORMS: &[&str] = &["cloudrun", "k8s"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -68,9 +75,7 @@ fn check_container(
     let binary = command
         .strip_prefix("/usr/local/bin/")
         .ok_or_else(|| format!("command {command} is not in /usr/local/bin"))?;
-    if !["catalog", "engagement"].contains(&binary)
-        || !dockerfile.contains(&format!("target/release/{binary}"))
-    {
+    if !SERVICES.contains(&binary) || !dockerfile.contains(&format!("target/release/{binary}")) {
         return Err(format!(
             "binary {binary} is not a service the Dockerfile installs"
         ));
@@ -213,6 +218,7 @@ fn every_manifest_names_real_images_binaries_ports_probes_and_config_keys() {
     std::fs::create_dir_all(&secret_dir).expect("temp dir for secret stand-ins");
     let mut checked = 0;
     let mut served = std::collections::BTreeSet::new();
+    let mut migrated = std::collections::BTreeSet::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("readable");
         let docs = YamlLoader::load_from_str(&text)
@@ -223,25 +229,37 @@ fn every_manifest_names_real_images_binaries_ports_probes_and_config_keys() {
             for container in found {
                 check_container(file, container, &dockerfile, &secret_dir)
                     .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-                if container["args"][0].as_str() == Some("serve") {
-                    let platform = if file.to_string_lossy().contains("cloudrun") {
-                        "cloudrun"
-                    } else {
-                        "k8s"
-                    };
-                    served.insert(format!(
-                        "{platform}/{}",
-                        container["command"][0].as_str().unwrap_or_default()
-                    ));
-                }
+                let platform = if file.to_string_lossy().contains("cloudrun") {
+                    "cloudrun"
+                } else {
+                    "k8s"
+                };
+                let binary = container["command"][0]
+                    .as_str()
+                    .and_then(|c| c.strip_prefix("/usr/local/bin/"))
+                    .unwrap_or_default();
+                let deployed = format!("{platform}/{binary}");
+                match container["args"][0].as_str() {
+                    Some("serve") => served.insert(deployed),
+                    Some("migrate") => migrated.insert(deployed),
+                    _ => false,
+                };
                 checked += 1;
             }
         }
     }
     let _ = std::fs::remove_dir_all(&secret_dir);
-    // Both services are deployed on both platforms.
-    assert_eq!(served.len(), 4, "served containers: {served:?}");
-    assert!(checked >= 8, "only {checked} containers found");
+    // Every service is served and migrated on both platforms.
+    let expected: std::collections::BTreeSet<String> = PLATFORMS
+        .iter()
+        .flat_map(|p| SERVICES.iter().map(move |s| format!("{p}/{s}")))
+        .collect();
+    assert_eq!(served, expected, "served containers");
+    assert_eq!(migrated, expected, "migrate containers");
+    assert!(
+        checked >= 2 * expected.len(),
+        "only {checked} containers found"
+    );
 }
 
 #[test]
