@@ -6,11 +6,13 @@
 //! - [`stack`]: migrate, provision and start the three services.
 //! - [`client`]: a small JSON-over-HTTP client for their APIs.
 //! - [`scenario`]: the demo's scripted story and the table of what flowed where.
+//! - [`injected`]: a dead letter the demo leaves for the operator console to republish.
 
 /// A small JSON-over-HTTP client for the services' APIs (the test kit's).
 pub mod client {
     pub use courier_testkit::{Api, Reply};
 }
+pub mod injected;
 pub mod scenario;
 pub mod stack;
 

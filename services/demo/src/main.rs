@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use courier::service::RunOptions;
 use courier::CourierConfig;
-use courier_demo::{scenario, stack};
+use courier_demo::{injected, scenario, stack};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -95,7 +95,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &scenario::Apis {
             catalog: running.catalog_api(),
             engagement: running.engagement_api(),
-            search,
+            search: search.clone(),
         },
         wait,
         |line| println!("   {line}"),
@@ -109,7 +109,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
 
-    let admin = admin_client(&configs.catalog).await?;
+    let mut admin = admin_client(&configs.catalog).await?;
     let deadline = tokio::time::Instant::now() + wait;
     let flows = loop {
         let flows = scenario::flows(&admin, started).await?;
@@ -132,9 +132,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         running.shutdown(Duration::from_secs(5)).await;
         return Ok(());
     }
+    // Something for the console to act on (scripts/demo serves it on :8095).
+    let pubsub = courier::pubsub::PubSub::new(configs.catalog.pubsub.clone());
+    let injected = injected::inject(&mut admin, &pubsub, story.videos[0], "Cats at night").await?;
     println!(
-        "== serving until Ctrl-C (try: curl http://{}/videos/{})",
-        running.catalog.addr, story.videos[0]
+        "== a dead letter: video {} v{} retitled {:?}, dead-lettered as if {} had refused it; \
+         search does not find \"night\" until it is republished (the console's Republish, or \
+         courier dlq republish --subscription {})",
+        injected.video,
+        injected.version,
+        injected.title,
+        injected::SUBSCRIPTION,
+        injected::SUBSCRIPTION
+    );
+    println!(
+        "== serving until Ctrl-C (try: curl http://{}/videos/{}, curl '{}/search?q=night')",
+        running.catalog.addr,
+        story.videos[0],
+        search.base()
     );
     courier::service::wait_for_signal().await;
     println!("== stopping");

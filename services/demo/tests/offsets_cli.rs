@@ -5,32 +5,10 @@
 
 mod support;
 
-use clap::Parser;
 use courier_testkit::wait_until;
 use serde_json::json;
-use support::{TestStack, FLOW};
+use support::{courier, TestStack, FLOW};
 use uuid::Uuid;
-
-/// Runs a `courier` command line in-process against the catalog's schema.
-async fn courier(t: &TestStack, args: &[&str]) -> anyhow::Result<()> {
-    let config = &t.catalog_config;
-    let toml = format!(
-        "[database]\nurl = {url:?}\nschema = \"catalog\"\n[pubsub]\nproject = {project:?}\nemulator_host = {host:?}\n",
-        url = config.database.url,
-        project = config.pubsub.project,
-        host = config.pubsub.emulator_host.clone().unwrap_or_default(),
-    );
-    let path = std::env::temp_dir().join(format!(
-        "{}.toml",
-        courier_testkit::unique_name("courier-cli")
-    ));
-    std::fs::write(&path, toml)?;
-    let mut line = vec!["courier", "--config", path.to_str().unwrap_or_default()];
-    line.extend_from_slice(args);
-    let result = courier_cli::run(courier_cli::Cli::try_parse_from(line)?).await;
-    let _ = std::fs::remove_file(&path);
-    result
-}
 
 /// Both services on an unordered catalog subscription (Seek works on the emulator only
 /// without ordering), a video, and `likes` users liking it, all projected. Returns the stack

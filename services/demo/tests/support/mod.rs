@@ -168,3 +168,24 @@ pub async fn create_video(catalog: &Api, title: &str) -> anyhow::Result<Uuid> {
     );
     Ok(reply.text("aggregate_id").parse()?)
 }
+
+/// Runs a `courier` command line in-process against the catalog's schema.
+pub async fn courier(t: &TestStack, args: &[&str]) -> anyhow::Result<()> {
+    let config = &t.catalog_config;
+    let toml = format!(
+        "[database]\nurl = {url:?}\nschema = \"catalog\"\n[pubsub]\nproject = {project:?}\nemulator_host = {host:?}\n",
+        url = config.database.url,
+        project = config.pubsub.project,
+        host = config.pubsub.emulator_host.clone().unwrap_or_default(),
+    );
+    let path = std::env::temp_dir().join(format!(
+        "{}.toml",
+        courier_testkit::unique_name("courier-cli")
+    ));
+    std::fs::write(&path, toml)?;
+    let mut line = vec!["courier", "--config", path.to_str().unwrap_or_default()];
+    line.extend_from_slice(args);
+    let result = courier_cli::run(<courier_cli::Cli as clap::Parser>::try_parse_from(line)?).await;
+    let _ = std::fs::remove_file(&path);
+    result
+}
