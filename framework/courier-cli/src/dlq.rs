@@ -103,9 +103,8 @@ impl Republisher {
             .await
             .with_context(|| format!("republish {} to {topic}", message.message_id))?;
         handler.ack();
-        let original = KeptDeadLetter::of(message)
-            .original_message_id
-            .unwrap_or_default();
+        let letter = KeptDeadLetter::of(message);
+        let original = letter.original_message_id.as_deref().unwrap_or_default();
         tracing::info!(
             subscription = %self.subscription,
             message_id = %original,
@@ -115,12 +114,12 @@ impl Republisher {
         );
         match self
             .log
-            .republished(&self.pool, &self.subscription, &original)
+            .republished(&self.pool, &self.subscription, &letter, actor, reason)
             .await
         {
             Ok(closed) => Ok(closed),
             Err(e) => {
-                tracing::warn!(message_id = %original, error = %e, "dead letter not closed in the log");
+                tracing::warn!(message_id = %original, error = %e, "dead letter republished but not audited or closed in the log");
                 Ok(false)
             }
         }

@@ -292,6 +292,20 @@ async fn the_state_shows_the_trouble_and_actions_fix_it_through_the_clis_code() 
         .as_str()
         .is_some_and(|by| by.starts_with("alice (console, 127.0.0.1")));
     assert_eq!(line("release, skip to v3")["reason"], "v2 is lost for good");
+    // The republish is audited in a table of its own (0022), with the letter it sent back.
+    let republished = line("dead letter republished");
+    assert_eq!(republished["reason"], "v9 deployed", "{audit:?}");
+    assert!(republished["by"]
+        .as_str()
+        .is_some_and(|by| by.starts_with("carol (console, 127.0.0.1")));
+    assert!(republished["target"]
+        .as_str()
+        .is_some_and(|target| target.contains("event e1") && target.contains("video-1")));
+    assert_eq!(
+        p.db.scalar("SELECT count(*) FROM courier.dead_letter_republishes")
+            .await?,
+        1
+    );
     assert!(line("release")["by"]
         .as_str()
         .is_some_and(|by| by.starts_with("bob")));

@@ -137,6 +137,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0021_caused_appends",
             sql: include_str!("../../../migrations/courier/0021_caused_appends.sql"),
         },
+        Migration {
+            version: 22,
+            name: "0022_dead_letter_republishes",
+            sql: include_str!("../../../migrations/courier/0022_dead_letter_republishes.sql"),
+        },
     ],
 };
 

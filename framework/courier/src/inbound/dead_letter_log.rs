@@ -2,6 +2,7 @@
 //! `dlq_message_count{subscription}` and `courier status` report.
 
 use crate::db::{render, DbError, PgPool};
+use crate::inbound::dead_letter::KeptDeadLetter;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OpenDeadLetters {
@@ -68,22 +69,37 @@ impl DeadLetterLog {
             .collect())
     }
 
-    /// Closes the dead letter of `message_id` from `subscription` (republished). Returns
-    /// whether one was open.
+    /// Records that `letter`, a dead letter of `subscription`, was sent back to its topic by
+    /// `actor` for `reason` (dead_letter_republishes), and closes it in the log. Returns whether
+    /// it was open there.
     pub async fn republished(
         &self,
         pool: &PgPool,
         subscription: &str,
-        message_id: &str,
+        letter: &KeptDeadLetter,
+        actor: &str,
+        reason: &str,
     ) -> Result<bool, DbError> {
         let client = pool
             .get()
             .await
-            .map_err(DbError::pool("close dead letter"))?;
+            .map_err(DbError::pool("record a republished dead letter"))?;
+        let message_id = letter.original_message_id.as_deref().unwrap_or_default();
         let closed = client
-            .execute(&self.republished, &[&subscription, &message_id])
+            .execute(
+                &self.republished,
+                &[
+                    &subscription,
+                    &message_id,
+                    &letter.attributes.get(crate::outbox::attributes::EVENT_ID),
+                    &letter.ordering_key,
+                    &letter.reason,
+                    &actor,
+                    &reason,
+                ],
+            )
             .await
-            .map_err(DbError::query("close dead letter"))?;
+            .map_err(DbError::query("record a republished dead letter"))?;
         Ok(closed > 0)
     }
 }
