@@ -48,9 +48,8 @@ async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> any
         || {
             let found = in_trace().iter().any(|s| {
                 s.name == "projection.process"
-                    && s.attributes.iter().any(|kv| {
-                        kv.key.as_str() == "ordering_key" && kv.value.to_string() == video_id
-                    })
+                    && attribute_of(s, "consumer_group").starts_with("engagement_")
+                    && attribute_of(s, "ordering_key") == video_id
             });
             async move { found }
         },
@@ -67,10 +66,14 @@ async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> any
         "b7ad6b7169203331",
         "the request continues the caller's span"
     );
+    // Engagement's projection (the search indexer applies the same event in the same trace).
     let projection = spans_in_trace
         .iter()
-        .find(|s| s.name == "projection.process")
-        .ok_or_else(|| anyhow::anyhow!("no projection span"))?;
+        .find(|s| {
+            s.name == "projection.process"
+                && attribute_of(s, "consumer_group").starts_with("engagement_")
+        })
+        .ok_or_else(|| anyhow::anyhow!("no engagement projection span"))?;
     assert_eq!(
         projection.parent_span_id,
         request.span_context.span_id(),
