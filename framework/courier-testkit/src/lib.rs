@@ -35,7 +35,7 @@ pub use collector::{Collector, Received};
 pub use db::TestDb;
 pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
 pub use plans::generic_plan;
-pub use services::{run_options, Declaration, ServiceStack};
+pub use services::{run_options, service_config, Declaration, ServiceStack};
 pub use tls_postgres::TlsPostgres;
 pub use wait::wait_until;
 

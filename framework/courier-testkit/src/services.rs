@@ -50,6 +50,26 @@ fn no_escalation() -> EscalationHandler {
     Arc::new(|e| panic!("unexpected escalation: {e:?}"))
 }
 
+/// A service's config in a test: its own schema and role in `db` ([`TestDb::service_database`]),
+/// the emulator project `project`, any free port, one StreamingPull stream.
+pub fn service_config(
+    db: &TestDb,
+    pubsub: &TestPubSub,
+    project: &PubSubConfig,
+    schema: &str,
+) -> CourierConfig {
+    let mut config = test_config(db, pubsub);
+    config.database = db.service_database(schema);
+    config.database.pool_size = 4;
+    config.pubsub = project.clone();
+    config.http.listen = "127.0.0.1:0".into();
+    config.consumer.streams = 1;
+    // The emulator holds a stopped stream's messages until this deadline passes
+    // (docs/emulator.md).
+    config.consumer.lease_extension_secs = 10;
+    config
+}
+
 /// The run options of a stack's services: the framework's, failing the test on escalation.
 pub fn run_options() -> RunOptions {
     RunOptions {
@@ -89,14 +109,7 @@ impl ServiceStack {
         let mut members = Vec::new();
         for &declare in services {
             let service = declare();
-            let mut config = test_config(&db, &pubsub);
-            config.database = db.service_database(service.name);
-            config.database.pool_size = 4;
-            config.pubsub = project.clone();
-            config.http.listen = "127.0.0.1:0".into();
-            config.consumer.streams = 1;
-            // The emulator holds a stopped stream's messages until this deadline passes.
-            config.consumer.lease_extension_secs = 10;
+            let mut config = service_config(&db, &pubsub, &project, service.name);
             configure(service.name, &mut config);
             for inbound in &service.inbound {
                 let mut spec = inbound.subscription(service.name);
@@ -204,7 +217,7 @@ impl ServiceStack {
                 occurred_at: row.try_get("occurred_at")?,
                 schema_version: row.try_get("schema_version")?,
             },
-            optional.as_object().unwrap_or(&serde_json::Map::new()),
+            attributes::stored(optional.as_object().unwrap_or(&serde_json::Map::new())),
             row.try_get("payload")?,
         );
         let publisher = PubSub::new(self.project.clone())

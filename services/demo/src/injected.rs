@@ -7,7 +7,6 @@
 
 use anyhow::Context as _;
 use courier::operations::DeadLetters;
-use courier::outbox::attributes::{self, RequiredFields};
 use courier::pubsub::PubSub;
 use courier_proto::catalog::v1::{event::Payload, VideoUpdated};
 use std::time::Duration;
@@ -55,24 +54,7 @@ pub async fn inject(
             ..VideoUpdated::default()
         }),
     );
-    let optional: serde_json::Map<String, serde_json::Value> = event
-        .optional_attributes()
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.into()))
-        .collect();
-    let message = attributes::message(
-        RequiredFields {
-            event_id: event.event_id,
-            event_type: &event.event_type,
-            aggregate_id: &event.aggregate_id,
-            aggregate_type: &event.aggregate_type,
-            version,
-            occurred_at: event.occurred_at,
-            schema_version: event.schema_version,
-        },
-        &optional,
-        event.payload.clone(),
-    );
+    let message = event.message();
     let dead_letters = DeadLetters::new(
         pubsub,
         DEAD_LETTER_TOPIC,

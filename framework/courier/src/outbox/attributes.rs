@@ -91,22 +91,28 @@ pub struct RequiredFields<'a> {
     pub schema_version: i32,
 }
 
-/// The Pub/Sub message an outbox row is published as: its payload, its aggregate id as the
-/// ordering key, and the attributes of `fields` plus the row's optional ones as stored (JSON
-/// strings; other values are left out).
-pub fn message(
+/// The Pub/Sub message an event is published as: its payload, its aggregate id as the
+/// ordering key, and the attributes of `fields` plus the optional `(key, value)` pairs.
+pub fn message<'a>(
     fields: RequiredFields<'_>,
-    optional: &serde_json::Map<String, serde_json::Value>,
+    optional: impl IntoIterator<Item = (&'a str, &'a str)>,
     payload: Vec<u8>,
 ) -> Message {
     let ordering_key = fields.aggregate_id.to_owned();
-    let optional = optional
-        .iter()
-        .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
     Message::new()
         .set_data(payload)
         .set_ordering_key(ordering_key)
         .set_attributes(build(fields, optional))
+}
+
+/// The optional attributes of an outbox row's `attributes` column as `(key, value)` pairs (JSON
+/// strings; other values are left out).
+pub fn stored(
+    optional: &serde_json::Map<String, serde_json::Value>,
+) -> impl Iterator<Item = (&str, &str)> {
+    optional
+        .iter()
+        .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)))
 }
 
 /// Builds the attribute map from the required fields plus optional `(key, value)` pairs.

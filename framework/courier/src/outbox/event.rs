@@ -125,18 +125,29 @@ impl NewEvent {
 
     /// The attributes this event will be published with.
     pub fn attributes(&self) -> BTreeMap<String, String> {
-        crate::outbox::attributes::build(
-            crate::outbox::attributes::RequiredFields {
-                event_id: self.event_id,
-                event_type: &self.event_type,
-                aggregate_id: &self.aggregate_id,
-                aggregate_type: &self.aggregate_type,
-                version: self.version,
-                occurred_at: self.occurred_at,
-                schema_version: self.schema_version,
-            },
+        crate::outbox::attributes::build(self.required_fields(), self.optional_attributes())
+    }
+
+    /// The Pub/Sub message the relay will publish this event as (payload, ordering key,
+    /// attributes).
+    pub fn message(&self) -> google_cloud_pubsub::model::Message {
+        crate::outbox::attributes::message(
+            self.required_fields(),
             self.optional_attributes(),
+            self.payload.clone(),
         )
+    }
+
+    fn required_fields(&self) -> crate::outbox::attributes::RequiredFields<'_> {
+        crate::outbox::attributes::RequiredFields {
+            event_id: self.event_id,
+            event_type: &self.event_type,
+            aggregate_id: &self.aggregate_id,
+            aggregate_type: &self.aggregate_type,
+            version: self.version,
+            occurred_at: self.occurred_at,
+            schema_version: self.schema_version,
+        }
     }
 
     /// The optional attributes, as stored in the row's `attributes` column.

@@ -267,10 +267,5 @@ pub(super) async fn raw_publish_per_generation(
 
 /// The messages the relay would publish for `events`: same data, ordering keys and attributes.
 pub(super) fn messages(events: &[NewEvent]) -> impl Iterator<Item = Message> + '_ {
-    events.iter().map(|e| {
-        Message::new()
-            .set_data(e.payload.clone())
-            .set_ordering_key(e.aggregate_id.clone())
-            .set_attributes(e.attributes())
-    })
+    events.iter().map(NewEvent::message)
 }

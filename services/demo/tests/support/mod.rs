@@ -6,7 +6,7 @@
 use courier::CourierConfig;
 use courier_demo::client::Api;
 use courier_demo::stack::{self, Configs, Stack};
-use courier_testkit::{test_config, TestDb, TestPubSub};
+use courier_testkit::{TestDb, TestPubSub};
 use serde_json::json;
 use std::time::Duration;
 use uuid::Uuid;
@@ -32,16 +32,9 @@ fn service_config(
     schema: &str,
     token: Option<&str>,
 ) -> CourierConfig {
-    let mut config = test_config(db, pubsub);
-    config.database = db.service_database(schema);
-    config.database.pool_size = 4;
-    config.pubsub = project.clone();
-    config.http.listen = "127.0.0.1:0".into();
+    let mut config = courier_testkit::service_config(db, pubsub, project, schema);
     config.http.auth_token = token.map(str::to_owned);
     config.http.read_wait_millis = 3_000;
-    config.consumer.streams = 1;
-    // The emulator holds a killed stream's messages until this deadline passes (docs/emulator.md).
-    config.consumer.lease_extension_secs = 10;
     config
 }
 

@@ -16,7 +16,7 @@ pub fn message_for(row: &ClaimedRow) -> PubSubMessage {
             occurred_at: row.occurred_at,
             schema_version: row.schema_version,
         },
-        &row.optional_attributes,
+        attributes::stored(&row.optional_attributes),
         row.payload.clone(),
     )
 }
