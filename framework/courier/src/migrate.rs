@@ -142,6 +142,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0022_dead_letter_republishes",
             sql: include_str!("../../../migrations/courier/0022_dead_letter_republishes.sql"),
         },
+        Migration {
+            version: 23,
+            name: "0023_faster_sql_append",
+            sql: include_str!("../../../migrations/courier/0023_faster_sql_append.sql"),
+        },
     ],
 };
 

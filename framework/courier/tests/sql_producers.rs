@@ -129,7 +129,8 @@ async fn recorded_db(shard_count: u32) -> anyhow::Result<(TestDb, CourierConfig)
     Ok((db, config))
 }
 
-/// Every column of every outbox row but `seq`, `created_at` and the relay's, and the ledger.
+/// Every column of every outbox row but `seq`, `created_at` and the relay's, and the ledger
+/// with the causes it recorded.
 async fn rows(db: &TestDb) -> anyhow::Result<Vec<String>> {
     let client = db.client().await?;
     let mut rows: Vec<String> = client
@@ -146,7 +147,7 @@ async fn rows(db: &TestDb) -> anyhow::Result<Vec<String>> {
     rows.extend(
         client
             .query(
-                "SELECT (aggregate_id, version)::text FROM courier.outbox_versions
+                "SELECT (aggregate_id, version, causation_id)::text FROM courier.outbox_versions
                  ORDER BY aggregate_id, version",
                 &[],
             )
@@ -243,6 +244,88 @@ async fn sql_appends_write_the_rows_outbox_append_writes() -> anyhow::Result<()>
     assert_eq!(row.get::<_, i32>(1), 1);
     assert_eq!(row.get::<_, String>(2), "{}");
     assert!(row.get::<_, bool>(3));
+    Ok(())
+}
+
+/// A caused append replayed (the same version with the same `causation_id`) writes nothing
+/// through the SQL functions either, and its id comes back NULL where `Outbox::append` says
+/// `replay`; another cause, or none, is still a conflict. Both paths leave the same rows.
+#[tokio::test]
+async fn a_caused_sql_append_is_written_once_per_cause() -> anyhow::Result<()> {
+    let (rust_db, config) = recorded_db(4).await?;
+    let (sql_db, _) = recorded_db(4).await?;
+    let caused = |version: i64, cause: Option<&str>| {
+        let event = NewEvent::new(TOPIC, "video", "v-1", "video.indexed", version, vec![7]);
+        match cause {
+            Some(cause) => event.with_causation_id(cause),
+            None => event,
+        }
+    };
+    // The calls: a first append, its replay, a batch of a replay and a new version, and then
+    // the same version with another cause and with none (both refused).
+    let calls = [
+        vec![caused(1, Some("e-1"))],
+        vec![caused(1, Some("e-1"))],
+        vec![caused(1, Some("e-1")), caused(2, Some("e-2"))],
+        vec![caused(2, Some("e-3"))],
+        vec![caused(2, None)],
+    ];
+    let expected: [Option<Vec<bool>>; 5] = [
+        Some(vec![false]),
+        Some(vec![true]),
+        Some(vec![true, false]),
+        None,
+        None,
+    ];
+
+    let outbox = Outbox::new(&config);
+    let mut rust = rust_db.pool.get().await?;
+    let mut sql = sql_db.client().await?;
+    for (events, expected) in calls.iter().zip(&expected) {
+        let tx = rust.transaction().await?;
+        match (outbox.append_all(&tx, events.clone()).await, expected) {
+            (Ok(appended), Some(replays)) => {
+                let got: Vec<bool> = appended.iter().map(|a| a.replay).collect();
+                assert_eq!(&got, replays, "{events:?}");
+                tx.commit().await?;
+            }
+            (Err(e), None) => assert!(e.is_conflict(), "{e}"),
+            (result, _) => panic!("Outbox::append_all of {events:?}: {result:?}"),
+        }
+
+        let tx = sql.transaction().await?;
+        match (append_events(&tx, events).await, expected) {
+            (Ok(row), Some(replays)) => {
+                let ids: Vec<Option<Uuid>> = row.get(0);
+                let want: Vec<Option<Uuid>> = events
+                    .iter()
+                    .zip(replays)
+                    .map(|(e, replay)| (!replay).then_some(e.event_id))
+                    .collect();
+                assert_eq!(ids, want, "{events:?}");
+                tx.commit().await?;
+            }
+            (Err(e), None) => {
+                assert_eq!(e.code(), Some(&SqlState::UNIQUE_VIOLATION), "{e}")
+            }
+            (result, _) => panic!("append_events of {events:?}: {result:?}"),
+        }
+    }
+    // append_event gives a replay's id as NULL too.
+    let tx = sql.transaction().await?;
+    let id: Option<Uuid> = tx
+        .query_one(
+            "SELECT courier.append_event($1, 'video', 'v-1', 'video.indexed', 1, '\\x07', $2)",
+            &[&TOPIC, &serde_json::json!({ "causation_id": "e-1" })],
+        )
+        .await?
+        .get(0);
+    assert_eq!(id, None);
+    tx.commit().await?;
+
+    let (rust_rows, sql_rows) = (rows(&rust_db).await?, rows(&sql_db).await?);
+    assert_eq!(rust_rows.len(), 4, "{rust_rows:?}");
+    assert_eq!(rust_rows, sql_rows);
     Ok(())
 }
 
