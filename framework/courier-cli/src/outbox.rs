@@ -79,7 +79,9 @@ pub async fn run(config: CourierConfig, command: OutboxCommand) -> anyhow::Resul
     let operator = OutboxOperator::new(pool, &config.database.schema);
     match command {
         OutboxCommand::Stats(JsonFlag { json }) => {
-            let stats = operator.shard_stats(config.relay.claim_lease()).await?;
+            let stats = operator
+                .shard_stats(config.relay.shard_count, config.relay.claim_lease())
+                .await?;
             if json {
                 return print_json(&stats);
             }

@@ -6,7 +6,7 @@ use crate::output::print_json;
 use chrono::Utc;
 use courier::db::{render, PgPool};
 use courier::inbound::OffsetStore;
-use courier::operations::{Horizon, HorizonQuery};
+use courier::operations::{BacklogGauge, Horizon, HorizonQuery, OutboxStore};
 use courier::CourierConfig;
 use serde::Serialize;
 
@@ -228,6 +228,8 @@ struct Backlog {
     topic: String,
     shard: i32,
     pending: i64,
+    /// Pending rows claimed under a live lease.
+    in_flight: i64,
     dead: i64,
     oldest_pending_secs: f64,
 }
@@ -290,16 +292,24 @@ pub(crate) async fn status_of(
             publish_keys_out: r.get("publish_keys_out"),
         })
         .collect();
-    let backlog = conn
-        .query(&render(include_str!("queries/backlog.sql"), schema), &[])
-        .await?
-        .iter()
-        .map(|r| Backlog {
-            topic: r.get("topic"),
-            shard: r.get("shard"),
-            pending: r.get("pending"),
-            dead: r.get("dead"),
-            oldest_pending_secs: r.get("oldest_pending_secs"),
+    // From the shards' floors, as the relay's gauge counts: a pinned horizon does not make
+    // the page walk every row published since the pin (P9).
+    let parts = BacklogGauge::read_once(
+        &OutboxStore::new(pool.clone(), schema),
+        config.relay.shard_count,
+        config.relay.claim_lease(),
+    )
+    .await?;
+    let totals = courier::operations::Backlog::of(&parts);
+    let backlog = parts
+        .into_iter()
+        .map(|p| Backlog {
+            topic: p.topic,
+            shard: p.shard,
+            pending: p.pending,
+            in_flight: p.in_flight,
+            dead: p.dead,
+            oldest_pending_secs: p.oldest_pending_secs,
         })
         .collect();
     let applied: std::collections::HashMap<String, i64> = conn
@@ -333,9 +343,9 @@ pub(crate) async fn status_of(
     }
     let status = Status {
         schema: schema.clone(),
-        pending: row.get("pending"),
-        dead: row.get("dead"),
-        oldest_pending_secs: row.get("oldest_pending_secs"),
+        pending: totals.pending,
+        dead: totals.dead,
+        oldest_pending_secs: totals.oldest_pending_secs,
         published_per_sec: per_sec(row.get("published_last_minute")),
         live_relays: row.get("live_relays"),
         relays_started_last_hour: row.get("relays_started_last_hour"),

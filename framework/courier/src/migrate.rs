@@ -147,6 +147,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0023_faster_sql_append",
             sql: include_str!("../../../migrations/courier/0023_faster_sql_append.sql"),
         },
+        Migration {
+            version: 24,
+            name: "0024_recorded_backlog_floors",
+            sql: include_str!("../../../migrations/courier/0024_recorded_backlog_floors.sql"),
+        },
     ],
 };
 

@@ -21,11 +21,14 @@ pub use crate::inbound::dead_letter::{read_kept, revived, DeadLetters, KeptDeadL
 pub use crate::inbound::dead_letter_log::{DeadLetterLog, OpenDeadLetters};
 pub use crate::inbound::offsets::Position;
 pub use crate::inbound::parked::{KeyVersions, ParkedKey, Release, ReleaseError, Released};
-pub use crate::outbox::operator::{ActedOn, Audit, DeadRow, DeadSelection, OutboxOperator};
+pub use crate::outbox::operator::{
+    ActedOn, Audit, DeadRow, DeadSelection, OutboxOperator, ShardStats,
+};
 pub use crate::relay::backlog::BacklogGauge;
+pub use crate::relay::publish_limit::LimitSnapshot;
 pub use crate::relay::publisher::CLIENT_BATCH_DELAY;
 pub use crate::relay::store::{
-    claim_statement, Backlog, ClaimedRow, FailedRow, OutboxStore, PublishedRows,
+    claim_statement, Backlog, ClaimedRow, FailedRow, OutboxStore, PublishedRows, ShardBacklog,
 };
 pub use crate::relay::topic_clients::{
     TopicClients, KEYS_PER_CLIENT, REQUESTS_THE_CONNECTION_CARRIES,

@@ -1,10 +1,12 @@
 //! The relay's backlog gauges (relay/backlog.rs), straight against real PostgreSQL: they count
-//! what a count of every unpublished row counts, and while a long transaction pins the xmin
-//! horizon a sample reads no more pages after 20,000 rows were published than before (P9; a
-//! count of every unpublished-looking entry walks each published row's dead version).
+//! what a count of every unpublished row counts, per shard and topic too (what `courier outbox
+//! stats`, `courier status` and the console show), and while a long transaction pins the xmin
+//! horizon a sample, and a one-off read from fresh floors, reads no more pages after 20,000 rows
+//! were published than before (P9; a count of every unpublished-looking entry walks each
+//! published row's dead version).
 
 use courier::operations::BacklogGauge;
-use courier::operations::{Backlog, OutboxStore};
+use courier::operations::{Backlog, LimitSnapshot, OutboxOperator, OutboxStore, ShardStats};
 use courier::outbox::Outbox;
 use courier::CourierConfig;
 use courier_testkit::keyed_event;
@@ -19,6 +21,26 @@ const EVERY_UNPUBLISHED_ROW: &str = "
            coalesce(max(publish_attempts) FILTER (WHERE dead_at IS NULL), 0),
            coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8
     FROM courier.outbox WHERE published_at IS NULL";
+
+/// What `courier outbox stats` read before floors: every unpublished row, per shard.
+const EVERY_UNPUBLISHED_ROW_BY_SHARD: &str = "
+    SELECT shard,
+           count(*) FILTER (WHERE dead_at IS NULL) AS pending,
+           count(*) FILTER (WHERE dead_at IS NULL AND lock_token IS NOT NULL
+                              AND locked_at >= now() - interval '60 seconds') AS in_flight,
+           count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
+           coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8
+               AS oldest_pending_secs
+    FROM courier.outbox
+    WHERE published_at IS NULL
+    GROUP BY shard
+    ORDER BY shard";
+
+/// The claim lease the per-shard reads are given.
+const LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The relay instance whose heartbeat records the floors.
+const RELAY: uuid::Uuid = uuid::Uuid::from_u128(7);
 
 /// Pages the statements run in this database have read (from cache or disk), other than this
 /// query's own: `pg_stat_statements` counts a statement as it ends (scripts/stack.sh loads it).
@@ -70,6 +92,44 @@ async fn every_unpublished_row(db: &TestDb) -> anyhow::Result<Backlog> {
     })
 }
 
+async fn every_unpublished_row_by_shard(db: &TestDb) -> anyhow::Result<Vec<ShardStats>> {
+    let rows = db
+        .client()
+        .await?
+        .query(EVERY_UNPUBLISHED_ROW_BY_SHARD, &[])
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ShardStats {
+            shard: r.get("shard"),
+            pending: r.get("pending"),
+            in_flight: r.get("in_flight"),
+            dead: r.get("dead"),
+            oldest_pending_secs: r.get("oldest_pending_secs"),
+        })
+        .collect())
+}
+
+/// `courier outbox stats`'s rows (from fresh floors) equal every unpublished row's count.
+async fn assert_stats_same(db: &TestDb, when: &str) -> anyhow::Result<()> {
+    let operator = OutboxOperator::new(db.pool.clone(), "courier");
+    let stats = operator.shard_stats(SHARDS, LEASE).await?;
+    let reference = every_unpublished_row_by_shard(db).await?;
+    let counts = |s: &[ShardStats]| -> Vec<(i32, i64, i64, i64)> {
+        s.iter()
+            .map(|s| (s.shard, s.pending, s.in_flight, s.dead))
+            .collect()
+    };
+    assert_eq!(counts(&stats), counts(&reference), "{when}");
+    for (s, r) in stats.iter().zip(&reference) {
+        assert!(
+            (s.oldest_pending_secs - r.oldest_pending_secs).abs() < 1.0,
+            "{when}: {s:?} against {r:?}"
+        );
+    }
+    Ok(())
+}
+
 fn assert_same(gauge: &Backlog, reference: &Backlog, when: &str) {
     assert_eq!(
         (gauge.pending, gauge.dead, gauge.max_attempts),
@@ -100,6 +160,16 @@ async fn the_gauges_count_every_unpublished_row_from_their_floors() -> anyhow::R
              WHERE aggregate_id = 'key-5' AND version = 2;",
         )
         .await?;
+    // Two rows of key-7 are in flight (claimed under a live lease), one of key-8's lease ran out.
+    client
+        .batch_execute(
+            "UPDATE courier.outbox SET lock_token = gen_random_uuid(), locked_at = now()
+             WHERE aggregate_id = 'key-7' AND version <= 2;
+             UPDATE courier.outbox SET lock_token = gen_random_uuid(),
+                    locked_at = now() - interval '10 minutes'
+             WHERE aggregate_id = 'key-8' AND version = 1;",
+        )
+        .await?;
     for look in 0..3 {
         let reference = every_unpublished_row(&db).await?;
         assert_same(
@@ -108,6 +178,7 @@ async fn the_gauges_count_every_unpublished_row_from_their_floors() -> anyhow::R
             &format!("look {look}"),
         );
     }
+    assert_stats_same(&db, "before publishing").await?;
     // Everything else goes out, so each shard's floor rises past the rows waiting behind the
     // two failed ones: those are counted through their key.
     client
@@ -127,6 +198,22 @@ async fn the_gauges_count_every_unpublished_row_from_their_floors() -> anyhow::R
             &format!("published, look {look}"),
         );
     }
+    // Per shard: from the shards' starts (no relay recorded a floor), then from the floors the
+    // gauge recorded as a relay's heartbeat does, now above the rows waiting behind the failed
+    // ones: the failed rows and the ones behind them, nothing in flight.
+    assert_stats_same(&db, "published, no floors recorded").await?;
+    assert!(
+        gauge.floors().iter().all(|f| *f > 0),
+        "{:?}",
+        gauge.floors()
+    );
+    record_floors(&store, &gauge).await?;
+    assert_stats_same(&db, "published, from the recorded floors").await?;
+    let stats = OutboxOperator::new(db.pool.clone(), "courier")
+        .shard_stats(SHARDS, LEASE)
+        .await?;
+    assert_eq!(stats.iter().map(|s| s.pending).sum::<i64>(), 7 + 9 + 20 - 1);
+    assert_eq!(stats.iter().map(|s| s.dead).sum::<i64>(), 1);
     Ok(())
 }
 
@@ -180,6 +267,8 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
         .batch_execute("ANALYZE courier.outbox")
         .await?;
     let before = sample_pages(&db, &mut gauge, &store).await?;
+    record_floors(&store, &gauge).await?;
+    let once_before = read_once_pages(&db, &store).await?;
     let client = db.client().await?;
     for round in 0..40 {
         append(&db, &outbox, &format!("filler-{round}"), 500, (1, 1)).await?;
@@ -192,6 +281,8 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
             .await?;
     }
     let after = sample_pages(&db, &mut gauge, &store).await?;
+    record_floors(&store, &gauge).await?;
+    let once_after = read_once_pages(&db, &store).await?;
     let reference = every_unpublished_row(&db).await?;
     assert_eq!(reference.pending, 200);
     assert_same(&gauge.read(&store).await?, &reference, "pinned");
@@ -201,6 +292,39 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
         "a gauge sample read {before} pages before and {after} after 20,000 rows were \
          published under the pin"
     );
+    eprintln!("pages per one-off read: {once_before} before, {once_after} after");
+    assert!(
+        once_after <= once_before * 2 + 20,
+        "a one-off read (courier outbox stats) read {once_before} pages before and \
+         {once_after} after 20,000 rows were published under the pin"
+    );
+    assert_stats_same(&db, "pinned").await?;
     pin.batch_execute("ROLLBACK").await?;
     Ok(())
+}
+
+/// Records the gauge's floors as a relay's heartbeat does.
+async fn record_floors(store: &OutboxStore, gauge: &BacklogGauge) -> anyhow::Result<()> {
+    let limit = LimitSnapshot {
+        limit: 1,
+        in_flight: 0,
+        keys_out: 0,
+        latency_ms: 0.0,
+    };
+    store
+        .heartbeat(RELAY, &[], LEASE, limit, &gauge.floors())
+        .await?;
+    Ok(())
+}
+
+/// The pages a one-off read from the recorded floors reads (`courier outbox stats`, `courier
+/// status`, the console): the fewest of three.
+async fn read_once_pages(db: &TestDb, store: &OutboxStore) -> anyhow::Result<i64> {
+    let mut fewest = i64::MAX;
+    for _ in 0..3 {
+        let before = db.scalar(PAGES_READ).await?;
+        BacklogGauge::read_once(store, SHARDS, LEASE).await?;
+        fewest = fewest.min(db.scalar(PAGES_READ).await? - before);
+    }
+    Ok(fewest)
 }

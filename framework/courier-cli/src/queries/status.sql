@@ -1,10 +1,7 @@
--- One service's pipeline at a glance, from its own schema: outbox backlog, publish rate over
--- the last minute, live relays, and what its consumers applied over the last minute.
+-- One service's pipeline at a glance, from its own schema: publish rate over the last minute,
+-- live relays, and what its consumers applied over the last minute (the backlog is read from
+-- the shards' floors: relay/queries/backlog.sql).
 SELECT
-    (SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL AND dead_at IS NULL) AS pending,
-    (SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL AND dead_at IS NOT NULL) AS dead,
-    (SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
-       FROM {schema}.outbox WHERE published_at IS NULL AND dead_at IS NULL) AS oldest_pending_secs,
     (SELECT count(*) FROM {schema}.outbox
        WHERE published_at > now() - interval '1 minute' AND skipped_at IS NULL) AS published_last_minute,
     (SELECT count(*) FROM {schema}.relay_instances

@@ -4,7 +4,9 @@
 
 use crate::db::{render, DbError, PgPool, PooledClient};
 use crate::outbox::wake_channel;
+use crate::relay::backlog::BacklogGauge;
 use crate::relay::notify_listener::RESCAN;
+use crate::relay::store::OutboxStore;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::time::Duration;
@@ -61,8 +63,9 @@ pub struct Audit<'a> {
 
 pub struct OutboxOperator {
     pool: PgPool,
+    /// The relay's statements, for the backlog read from the shards' floors.
+    store: OutboxStore,
     channel: String,
-    shard_stats: String,
     dead_rows: String,
     retry_dead: String,
     skip_dead: String,
@@ -71,9 +74,9 @@ pub struct OutboxOperator {
 impl OutboxOperator {
     pub fn new(pool: PgPool, schema: &str) -> Self {
         Self {
+            store: OutboxStore::new(pool.clone(), schema),
             pool,
             channel: wake_channel(schema),
-            shard_stats: render(include_str!("queries/shard_stats.sql"), schema),
             dead_rows: render(include_str!("queries/dead_rows.sql"), schema),
             retry_dead: render(include_str!("queries/retry_dead.sql"), schema),
             skip_dead: render(include_str!("queries/skip_dead.sql"), schema),
@@ -84,23 +87,34 @@ impl OutboxOperator {
         self.pool.get().await.map_err(DbError::pool(context))
     }
 
-    /// Backlog per shard; `claim_lease` tells live claims from expired ones.
-    pub async fn shard_stats(&self, claim_lease: Duration) -> Result<Vec<ShardStats>, DbError> {
-        let client = self.client("outbox stats").await?;
-        let rows = client
-            .query(&self.shard_stats, &[&claim_lease.as_secs_f64()])
-            .await
-            .map_err(DbError::query("outbox stats"))?;
-        Ok(rows
-            .iter()
-            .map(|r| ShardStats {
-                shard: r.get("shard"),
-                pending: r.get("pending"),
-                in_flight: r.get("in_flight"),
-                dead: r.get("dead"),
-                oldest_pending_secs: r.get("oldest_pending_secs"),
-            })
-            .collect())
+    /// Backlog per shard of the `shard_count` shards, counted from each shard's floor as the
+    /// relay's gauge counts (so a pinned horizon does not make it walk every row published
+    /// since the pin); `claim_lease` tells live claims from expired ones.
+    pub async fn shard_stats(
+        &self,
+        shard_count: u32,
+        claim_lease: Duration,
+    ) -> Result<Vec<ShardStats>, DbError> {
+        let parts = BacklogGauge::read_once(&self.store, shard_count, claim_lease).await?;
+        let mut stats: Vec<ShardStats> = Vec::new();
+        for part in parts {
+            match stats.last_mut() {
+                Some(s) if s.shard == part.shard => {
+                    s.pending += part.pending;
+                    s.in_flight += part.in_flight;
+                    s.dead += part.dead;
+                    s.oldest_pending_secs = s.oldest_pending_secs.max(part.oldest_pending_secs);
+                }
+                _ => stats.push(ShardStats {
+                    shard: part.shard,
+                    pending: part.pending,
+                    in_flight: part.in_flight,
+                    dead: part.dead,
+                    oldest_pending_secs: part.oldest_pending_secs,
+                }),
+            }
+        }
+        Ok(stats)
     }
 
     /// Dead rows, oldest first, at most `limit`.

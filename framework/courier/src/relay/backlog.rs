@@ -14,7 +14,8 @@
 
 use crate::db::DbError;
 use crate::relay::floor::Floor;
-use crate::relay::store::{Backlog, OutboxStore};
+use crate::relay::store::{Backlog, OutboxStore, ShardBacklog};
+use std::time::Duration;
 
 /// A floor per shard; the relay's shard owner samples it once per tick.
 #[derive(Debug)]
@@ -46,11 +47,50 @@ impl BacklogGauge {
 
     /// Moves each shard's floor on (one floor query each), then reads the backlog from them.
     pub async fn read(&mut self, store: &OutboxStore) -> Result<Backlog, DbError> {
+        self.look(store).await?;
+        Ok(Backlog::of(&self.by_shard(store, Duration::ZERO).await?))
+    }
+
+    /// The backlog per shard and topic from the floors as they are; `claim_lease` tells live
+    /// claims from expired ones.
+    pub async fn by_shard(
+        &self,
+        store: &OutboxStore,
+        claim_lease: Duration,
+    ) -> Result<Vec<ShardBacklog>, DbError> {
+        let floors: Vec<i64> = self.floors.iter().map(Floor::get).collect();
+        store.backlog(&floors, claim_lease).await
+    }
+
+    /// The floors, shard by shard: the relay records them with its heartbeat.
+    pub fn floors(&self) -> Vec<i64> {
+        self.floors.iter().map(Floor::get).collect()
+    }
+
+    /// The backlog per shard and topic read once, as `courier outbox stats`, `courier status`
+    /// and the console ask for it: counted from the floors the relays recorded with their
+    /// heartbeats, so that under a pinned horizon a read walks no more than the relay's own
+    /// gauge does. A floor settles only over several looks seconds apart, which a one-off read
+    /// cannot wait for; from the shard's start (no relay has recorded one) the count is the
+    /// same, walked the long way.
+    pub async fn read_once(
+        store: &OutboxStore,
+        shard_count: u32,
+        claim_lease: Duration,
+    ) -> Result<Vec<ShardBacklog>, DbError> {
+        let floors = store.recorded_floors(shard_count).await?;
+        let gauge = Self {
+            floors: floors.into_iter().map(Floor::settled_at).collect(),
+        };
+        gauge.by_shard(store, claim_lease).await
+    }
+
+    /// One floor look per shard.
+    async fn look(&mut self, store: &OutboxStore) -> Result<(), DbError> {
         for (shard, floor) in (0u32..).zip(self.floors.iter_mut()) {
             let look = store.gauge_floor(shard, floor.get()).await?;
             floor.found(&look);
         }
-        let floors: Vec<i64> = self.floors.iter().map(Floor::get).collect();
-        store.backlog(&floors).await
+        Ok(())
     }
 }

@@ -31,6 +31,15 @@ impl Floor {
         }
     }
 
+    /// At a floor settled elsewhere (one a relay recorded): a settled floor stays one.
+    pub fn settled_at(floor: i64) -> Self {
+        Self {
+            floor,
+            pending: None,
+            next_seq_seen: floor,
+        }
+    }
+
     pub fn get(&self) -> i64 {
         self.floor
     }

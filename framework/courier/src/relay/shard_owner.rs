@@ -179,7 +179,8 @@ impl ShardOwner {
                 let live = if shutting_down {
                     1
                 } else {
-                    store.heartbeat(instance, &owned, lease, limit).await?
+                    let floors = backlog.lock().await.floors();
+                    store.heartbeat(instance, &owned, lease, limit, &floors).await?
                 };
                 backlog.lock().await.sample(&store).await;
                 crate::horizon::sample(&horizon, store.pool(), &horizon_held).await;

@@ -148,6 +148,7 @@ pub struct OutboxStore {
     heartbeat: String,
     deregister: String,
     backlog: String,
+    recorded_floors: String,
     /// Rows this store marked published (a relay's progress, read without a query).
     published: AtomicU64,
     /// Rows this store gave back untried (held back behind an earlier row of their key).
@@ -159,6 +160,37 @@ pub struct OutboxStore {
 pub struct Backlog {
     pub pending: i64,
     pub dead: i64,
+    pub max_attempts: i32,
+    pub oldest_pending_secs: f64,
+}
+
+impl Backlog {
+    /// The whole outbox's gauges from its parts.
+    pub fn of(parts: &[ShardBacklog]) -> Self {
+        Self {
+            pending: parts.iter().map(|p| p.pending).sum(),
+            dead: parts.iter().map(|p| p.dead).sum(),
+            max_attempts: parts.iter().map(|p| p.max_attempts).max().unwrap_or(0),
+            oldest_pending_secs: parts
+                .iter()
+                .map(|p| p.oldest_pending_secs)
+                .fold(0.0, f64::max),
+        }
+    }
+}
+
+/// The unpublished rows of one topic in one shard (queries/backlog.sql).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardBacklog {
+    pub shard: i32,
+    pub topic: String,
+    /// Rows that will be published, those in flight included.
+    pub pending: i64,
+    /// Pending rows claimed under a live lease: being published now.
+    pub in_flight: i64,
+    /// Out of attempts or failed permanently; each blocks its key until retried or skipped.
+    pub dead: i64,
+    /// The most attempts a pending row has had.
     pub max_attempts: i32,
     pub oldest_pending_secs: f64,
 }
@@ -231,6 +263,7 @@ impl OutboxStore {
             heartbeat: render(include_str!("queries/heartbeat.sql"), schema),
             deregister: render(include_str!("queries/deregister.sql"), schema),
             backlog: render(include_str!("queries/backlog.sql"), schema),
+            recorded_floors: render(include_str!("queries/recorded_floors.sql"), schema),
             published: AtomicU64::new(0),
             given_back: AtomicU64::new(0),
         }
@@ -477,14 +510,15 @@ impl OutboxStore {
         Ok(row.get(0))
     }
 
-    /// Heartbeats `instance` with what its publish limit sees, and returns the number of live
-    /// instances (itself included).
+    /// Heartbeats `instance` with what its publish limit sees and its backlog gauge's
+    /// `floors`, and returns the number of live instances (itself included).
     pub async fn heartbeat(
         &self,
         instance: Uuid,
         owned: &[u32],
         alive_within: Duration,
         limit: LimitSnapshot,
+        floors: &[i64],
     ) -> Result<u32, DbError> {
         let owned: Vec<i32> = owned.iter().map(|s| shard_param(*s)).collect();
         let as_int = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
@@ -500,6 +534,7 @@ impl OutboxStore {
                     &as_int(limit.in_flight),
                     &limit.latency_ms,
                     &as_int(limit.keys_out),
+                    &floors,
                 ],
             )
             .await
@@ -516,20 +551,48 @@ impl OutboxStore {
         Ok(())
     }
 
-    /// Reads the outbox gauges, shard `i` counted from `floors[i]` (relay/backlog.rs).
-    pub async fn backlog(&self, floors: &[i64]) -> Result<Backlog, DbError> {
+    /// The backlog floors the relays recorded (0 where none did), one per shard.
+    pub async fn recorded_floors(&self, shard_count: u32) -> Result<Vec<i64>, DbError> {
+        let context = "read the backlog floors the relays recorded";
+        let conn = self.conn(context).await?;
+        let rows = conn
+            .query(
+                &self.recorded_floors,
+                &[&i32::try_from(shard_count).unwrap_or(i32::MAX)],
+            )
+            .await
+            .map_err(DbError::query(context))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Reads the backlog per shard and topic, shard `i` counted from `floors[i]`
+    /// (relay/backlog.rs); `claim_lease` tells live claims from expired ones.
+    pub async fn backlog(
+        &self,
+        floors: &[i64],
+        claim_lease: Duration,
+    ) -> Result<Vec<ShardBacklog>, DbError> {
         let shards: Vec<i32> = (0u32..).take(floors.len()).map(shard_param).collect();
         let conn = self.conn("read outbox backlog").await?;
-        let row = conn
-            .query_one(&self.backlog, &[&shards, &floors])
+        let rows = conn
+            .query(
+                &self.backlog,
+                &[&shards, &floors, &claim_lease.as_secs_f64()],
+            )
             .await
             .map_err(DbError::query("read outbox backlog"))?;
-        Ok(Backlog {
-            pending: row.get(0),
-            dead: row.get(1),
-            max_attempts: row.get(2),
-            oldest_pending_secs: row.get(3),
-        })
+        Ok(rows
+            .iter()
+            .map(|r| ShardBacklog {
+                shard: r.get("shard"),
+                topic: r.get("topic"),
+                pending: r.get("pending"),
+                in_flight: r.get("in_flight"),
+                dead: r.get("dead"),
+                max_attempts: r.get("max_attempts"),
+                oldest_pending_secs: r.get("oldest_pending_secs"),
+            })
+            .collect())
     }
 }
 
