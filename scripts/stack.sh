@@ -125,9 +125,10 @@ ensure_promtool() (
     command -v promtool >/dev/null 2>&1
 )
 
-# The Python (psycopg) and Node (pg) producers of framework/courier/tests/sql_producers.rs:
-# a virtualenv with tests/clients/requirements.txt and node_modules from package-lock.json,
-# both inside tests/clients/ (git-ignored) and installed again only when their pins change.
+# The Python (psycopg), Node (pg) and Java (JDBC) producers of
+# framework/courier/tests/sql_producers.rs: a virtualenv with tests/clients/requirements.txt and
+# node_modules from package-lock.json, both inside tests/clients/ (git-ignored) and installed
+# again only when their pins change, and Debian's JDBC driver (the JDK is the emulator's).
 STACK_SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ensure_producer_clients() (
     set -euo pipefail
@@ -145,6 +146,10 @@ ensure_producer_clients() (
             exit 1
         fi
         cp requirements.txt .venv/requirements.installed
+    fi
+    if [[ ! -f /usr/share/java/postgresql.jar ]]; then
+        echo "stack: installing Debian's PostgreSQL JDBC driver for the Java producer" >&2
+        apt_install libpostgresql-jdbc-java "the Java producer's JDBC driver"
     fi
     if ! cmp -s package-lock.json node_modules/.package-lock.installed 2>/dev/null; then
         echo "stack: installing the Node producer's packages (tests/clients/node_modules)" >&2

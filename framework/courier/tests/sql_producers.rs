@@ -1,8 +1,9 @@
 //! Producers in any language (issue 57): the SQL appends of migrations/courier/0020_sql_append.sql
-//! write what `Outbox::append` writes, refuse what it refuses with the same message, and a
-//! Python (psycopg) and a Node (pg) producer publish through the real relay to the real
-//! emulator. The clients are tests/clients/writer.{py,js}, installed by scripts/stack.sh
-//! (ensure_producer_clients); docs/sql-producers.md quotes them whole.
+//! (and 0023) write what `Outbox::append` writes, refuse what it refuses with the same message,
+//! and a Python (psycopg), a Node (pg) and a Java (JDBC) producer publish through the real relay
+//! to the real emulator. The clients are tests/clients/writer.{py,js} and Writer.java, whose
+//! packages scripts/stack.sh installs (ensure_producer_clients); docs/sql-producers.md quotes
+//! them whole.
 
 use chrono::{DateTime, SubsecRound, Utc};
 use courier::outbox::MAX_MESSAGE_BYTES;
@@ -17,6 +18,9 @@ use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 const TOPIC: &str = "catalog.video.events";
+
+/// Debian's PostgreSQL JDBC driver (libpostgresql-jdbc-java), which scripts/stack.sh installs.
+const JDBC_DRIVER: &str = "/usr/share/java/postgresql.jar";
 
 fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
@@ -608,6 +612,7 @@ enum Line {
 /// Runs a producer to its end, connected as `role`; its output lines.
 async fn run_producer(
     program: PathBuf,
+    args: &[&str],
     script: &str,
     db: &TestDb,
     role: &str,
@@ -628,6 +633,7 @@ async fn run_producer(
     let dbname = server.get_dbname().unwrap_or_default().to_string();
     let mut command = tokio::process::Command::new(&program);
     command
+        .args(args)
         .arg(clients_dir().join(script))
         .current_dir(clients_dir())
         .env("PGHOST", host)
@@ -657,7 +663,7 @@ async fn run_producer(
 }
 
 #[tokio::test]
-async fn python_and_node_producers_publish_through_the_relay() -> anyhow::Result<()> {
+async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::Result<()> {
     courier_testkit::init_logging();
     let db = TestDb::new().await?;
     let pubsub = TestPubSub::get().await?;
@@ -698,11 +704,26 @@ async fn python_and_node_producers_publish_through_the_relay() -> anyhow::Result
     let mut committed = Vec::new();
     let mut rolled_back = Vec::new();
     let mut refused = Vec::new();
-    for (program, script, prefix, source) in [
-        (python, "writer.py", "py", "orders-python"),
-        (PathBuf::from("node"), "writer.js", "js", "orders-node"),
+    // Java runs its one source file with Debian's PostgreSQL JDBC driver.
+    let java = ["-cp", JDBC_DRIVER];
+    for (program, args, script, prefix, source) in [
+        (python, &[][..], "writer.py", "py", "orders-python"),
+        (
+            PathBuf::from("node"),
+            &[][..],
+            "writer.js",
+            "js",
+            "orders-node",
+        ),
+        (
+            PathBuf::from("java"),
+            &java[..],
+            "Writer.java",
+            "java",
+            "orders-java",
+        ),
     ] {
-        for line in run_producer(program, script, &db, &writer, &topic, prefix).await? {
+        for line in run_producer(program, args, script, &db, &writer, &topic, prefix).await? {
             match line {
                 Line::Committed {
                     key,
@@ -719,9 +740,9 @@ async fn python_and_node_producers_publish_through_the_relay() -> anyhow::Result
             }
         }
     }
-    assert_eq!(committed.len(), 18);
-    assert_eq!(rolled_back.len(), 2);
-    assert_eq!(refused.len(), 6);
+    assert_eq!(committed.len(), 27);
+    assert_eq!(rolled_back.len(), 3);
+    assert_eq!(refused.len(), 9);
 
     // A Rust append of the same kind, for the attributes a Rust producer's event carries.
     let rust_event = NewEvent::new(&topic, "order", "rust-0", "order.placed", 1, b"{}".to_vec())
@@ -752,12 +773,12 @@ async fn python_and_node_producers_publish_through_the_relay() -> anyhow::Result
     })
     .await?;
     assert_eq!(collector.distinct_event_ids(), expected);
-    assert_eq!(db.scalar("SELECT count(*) FROM courier.outbox").await?, 19);
+    assert_eq!(db.scalar("SELECT count(*) FROM courier.outbox").await?, 28);
     for id in &rolled_back {
         assert!(!expected.contains(&id.to_string()));
     }
     let order = collector.publish_order();
-    for prefix in ["py", "js"] {
+    for prefix in ["py", "js", "java"] {
         for i in 0..3 {
             assert_eq!(
                 order[&format!("{prefix}-{i}")],
@@ -808,14 +829,14 @@ async fn python_and_node_producers_publish_through_the_relay() -> anyhow::Result
     }
 
     // The business rows of the committed transactions only.
-    assert_eq!(db.scalar("SELECT count(*) FROM public.orders").await?, 6);
+    assert_eq!(db.scalar("SELECT count(*) FROM public.orders").await?, 9);
     assert_eq!(
         db.scalar("SELECT count(*) FROM public.orders WHERE version = 3")
             .await?,
-        6
+        9
     );
 
-    // Bad input: in both languages the error Outbox::append gives, and nothing written.
+    // Bad input: in every language the error Outbox::append gives, and nothing written.
     for (prefix, case, sqlstate, column, message) in &refused {
         let (event_type, version, key) = match case.as_str() {
             "event_type" => ("OrderPlaced", 1, format!("{prefix}-bad")),
@@ -830,7 +851,7 @@ async fn python_and_node_producers_publish_through_the_relay() -> anyhow::Result
         assert_eq!(message, &expected.to_string(), "{prefix} {case}");
     }
     let cases: HashSet<(&str, &str)> = refused.iter().map(|(p, c, ..)| (*p, c.as_str())).collect();
-    assert_eq!(cases.len(), 6);
+    assert_eq!(cases.len(), 9);
 
     // The producers' role may append and nothing else on the framework's schema.
     let mut as_writer: tokio_postgres::Config = db.config.url.parse()?;
@@ -853,7 +874,11 @@ async fn python_and_node_producers_publish_through_the_relay() -> anyhow::Result
 #[test]
 fn the_guide_quotes_the_tested_producers() -> anyhow::Result<()> {
     let page = std::fs::read_to_string(docs_page())?;
-    for (file, fence) in [("writer.py", "```python\n"), ("writer.js", "```js\n")] {
+    for (file, fence) in [
+        ("writer.py", "```python\n"),
+        ("writer.js", "```js\n"),
+        ("Writer.java", "```java\n"),
+    ] {
         let code = std::fs::read_to_string(clients_dir().join(file))?;
         assert!(
             page.contains(&format!("{fence}{code}```")),
