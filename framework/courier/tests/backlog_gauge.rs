@@ -207,7 +207,7 @@ async fn the_gauges_count_every_unpublished_row_from_their_floors() -> anyhow::R
         "{:?}",
         gauge.floors()
     );
-    record_floors(&store, &gauge).await?;
+    record_floors(&store, &gauge.floors()).await?;
     assert_stats_same(&db, "published, from the recorded floors").await?;
     let stats = OutboxOperator::new(db.pool.clone(), "courier")
         .shard_stats(SHARDS, LEASE)
@@ -267,7 +267,7 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
         .batch_execute("ANALYZE courier.outbox")
         .await?;
     let before = sample_pages(&db, &mut gauge, &store).await?;
-    record_floors(&store, &gauge).await?;
+    record_floors(&store, &gauge.floors()).await?;
     let once_before = read_once_pages(&db, &store).await?;
     let client = db.client().await?;
     for round in 0..40 {
@@ -281,7 +281,7 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
             .await?;
     }
     let after = sample_pages(&db, &mut gauge, &store).await?;
-    record_floors(&store, &gauge).await?;
+    record_floors(&store, &gauge.floors()).await?;
     let once_after = read_once_pages(&db, &store).await?;
     let reference = every_unpublished_row(&db).await?;
     assert_eq!(reference.pending, 200);
@@ -303,17 +303,15 @@ async fn a_sample_reads_no_more_pages_after_rows_published_under_a_pinned_horizo
     Ok(())
 }
 
-/// Records the gauge's floors as a relay's heartbeat does.
-async fn record_floors(store: &OutboxStore, gauge: &BacklogGauge) -> anyhow::Result<()> {
+/// Records `floors` as a relay's heartbeat does.
+async fn record_floors(store: &OutboxStore, floors: &[i64]) -> anyhow::Result<()> {
     let limit = LimitSnapshot {
         limit: 1,
         in_flight: 0,
         keys_out: 0,
         latency_ms: 0.0,
     };
-    store
-        .heartbeat(RELAY, &[], LEASE, limit, &gauge.floors())
-        .await?;
+    store.heartbeat(RELAY, &[], LEASE, limit, floors).await?;
     Ok(())
 }
 
@@ -327,4 +325,78 @@ async fn read_once_pages(db: &TestDb, store: &OutboxStore) -> anyhow::Result<i64
         fewest = fewest.min(db.scalar(PAGES_READ).await? - before);
     }
     Ok(fewest)
+}
+
+/// A running relay records its gauge's floors with its heartbeat, risen past what it published,
+/// and `courier outbox stats` counts the rows appended after them from those floors as a count
+/// of every unpublished row does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_records_its_floors_and_stats_count_from_them() -> anyhow::Result<()> {
+    courier_testkit::init_logging();
+    let db = TestDb::new().await?;
+    let pubsub = courier_testkit::TestPubSub::get().await?;
+    let topic = pubsub.topic("floors").await?;
+    let mut config = courier_testkit::test_config(&db, &pubsub);
+    config.relay.shard_count = SHARDS;
+    let outbox = Outbox::new(&config);
+    let relay = courier_testkit::spawn_relay(&config)?;
+    let appended = |prefix: &'static str, version: i64| {
+        let (db, outbox, topic) = (&db, &outbox, topic.clone());
+        async move {
+            let events = (0..50)
+                .map(|k| keyed_event(&topic, &format!("{prefix}-{k}"), version))
+                .collect();
+            let mut conn = db.pool.get().await?;
+            let tx = conn.transaction().await?;
+            outbox.append_all(&tx, events).await?;
+            tx.commit().await?;
+            anyhow::Ok(())
+        }
+    };
+    appended("before", 1).await?;
+    let highest_published = "SELECT coalesce(max(seq), 0) FROM courier.outbox";
+    courier_testkit::wait_until(
+        std::time::Duration::from_secs(30),
+        "every row published",
+        || async {
+            db.scalar("SELECT count(*) FROM courier.outbox WHERE published_at IS NULL")
+                .await
+                .ok()
+                == Some(0)
+        },
+    )
+    .await?;
+    let published_up_to = db.scalar(highest_published).await?;
+    // Every shard's floor above the published rows (each shard had some of the 50 keys).
+    courier_testkit::wait_until(
+        std::time::Duration::from_secs(30),
+        "the relay's floors recorded above the published rows",
+        || async {
+            db.scalar(&format!(
+                "SELECT count(*) FROM courier.relay_instances, unnest(backlog_floors) f
+                 WHERE cardinality(backlog_floors) = {SHARDS} AND f > {published_up_to}"
+            ))
+            .await
+            .ok()
+                == Some(i64::from(SHARDS))
+        },
+    )
+    .await?;
+    let store = OutboxStore::new(db.pool.clone(), "courier");
+    let recorded = store.recorded_floors(SHARDS).await?;
+    assert!(
+        recorded.iter().all(|f| *f > published_up_to),
+        "{recorded:?}"
+    );
+    // A graceful shutdown deletes the relay's row: record its floors again as a relay that
+    // stopped without one would have left them, then append behind its back.
+    relay.shutdown(std::time::Duration::from_secs(5)).await;
+    record_floors(&store, &recorded).await?;
+    appended("after", 1).await?;
+    assert_stats_same(&db, "after the relay stopped").await?;
+    let stats = OutboxOperator::new(db.pool.clone(), "courier")
+        .shard_stats(SHARDS, LEASE)
+        .await?;
+    assert_eq!(stats.iter().map(|s| s.pending).sum::<i64>(), 50);
+    Ok(())
 }
