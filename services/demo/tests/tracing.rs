@@ -42,15 +42,28 @@ async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> any
             .collect::<Vec<_>>()
     };
     let video_id = video.to_string();
+    // The relay's publish span ends at the broker's acknowledgement, which can come after the
+    // subscriber has already applied the message: wait for all three spans, not the last hop.
+    let is_engagement_projection = |s: &opentelemetry_sdk::trace::SpanData| {
+        s.name == "projection.process"
+            && attribute_of(s, "consumer_group").starts_with("engagement_")
+            && attribute_of(s, "ordering_key") == video_id
+    };
+    let is_publish_of = |s: &opentelemetry_sdk::trace::SpanData| {
+        s.name == "outbox.publish" && attribute_of(s, "ordering_key") == video_id
+    };
     wait_until(
         Duration::from_secs(30),
-        "engagement's projection span in the caller's trace",
+        "the request's, the projection's and the publish's spans finished",
         || {
-            let found = in_trace().iter().any(|s| {
-                s.name == "projection.process"
-                    && attribute_of(s, "consumer_group").starts_with("engagement_")
-                    && attribute_of(s, "ordering_key") == video_id
-            });
+            let traced = in_trace();
+            let found = traced.iter().any(|s| s.name == "http.request")
+                && traced.iter().any(is_engagement_projection)
+                && spans
+                    .get_finished_spans()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(is_publish_of);
             async move { found }
         },
     )
@@ -69,10 +82,7 @@ async fn a_write_its_publish_and_its_projection_share_the_callers_trace() -> any
     // Engagement's projection (the search indexer applies the same event in the same trace).
     let projection = spans_in_trace
         .iter()
-        .find(|s| {
-            s.name == "projection.process"
-                && attribute_of(s, "consumer_group").starts_with("engagement_")
-        })
+        .find(|s| is_engagement_projection(s))
         .ok_or_else(|| anyhow::anyhow!("no engagement projection span"))?;
     assert_eq!(
         projection.parent_span_id,
