@@ -125,10 +125,11 @@ ensure_promtool() (
     command -v promtool >/dev/null 2>&1
 )
 
-# The Python (psycopg), Node (pg) and Java (JDBC) producers of
+# The Python (psycopg), Node (pg), Java (JDBC) and Go (pgx) producers of
 # framework/courier/tests/sql_producers.rs: a virtualenv with tests/clients/requirements.txt and
 # node_modules from package-lock.json, both inside tests/clients/ (git-ignored) and installed
-# again only when their pins change, and Debian's JDBC driver (the JDK is the emulator's).
+# again only when their pins change; Debian's JDBC driver (the JDK is the emulator's), Go and
+# pgx v4 (Debian's Go libraries live in /usr/share/gocode, read in GOPATH mode).
 STACK_SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ensure_producer_clients() (
     set -euo pipefail
@@ -150,6 +151,11 @@ ensure_producer_clients() (
     if [[ ! -f /usr/share/java/postgresql.jar ]]; then
         echo "stack: installing Debian's PostgreSQL JDBC driver for the Java producer" >&2
         apt_install libpostgresql-jdbc-java "the Java producer's JDBC driver"
+    fi
+    if ! command -v go >/dev/null || [[ ! -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ]]; then
+        echo "stack: installing Debian's Go and pgx for the Go producer" >&2
+        apt_install golang-go "the Go producer's compiler"
+        apt_install golang-github-jackc-pgx-v4-dev "the Go producer's PostgreSQL driver"
     fi
     if ! cmp -s package-lock.json node_modules/.package-lock.installed 2>/dev/null; then
         echo "stack: installing the Node producer's packages (tests/clients/node_modules)" >&2

@@ -1,9 +1,9 @@
 //! Producers in any language (issue 57): the SQL appends of migrations/courier/0020_sql_append.sql
 //! (and 0023) write what `Outbox::append` writes, refuse what it refuses with the same message,
-//! and a Python (psycopg), a Node (pg) and a Java (JDBC) producer publish through the real relay
-//! to the real emulator. The clients are tests/clients/writer.{py,js} and Writer.java, whose
-//! packages scripts/stack.sh installs (ensure_producer_clients); docs/sql-producers.md quotes
-//! them whole.
+//! and a Python (psycopg), a Node (pg), a Java (JDBC) and a Go (pgx) producer publish through the
+//! real relay to the real emulator. The clients are tests/clients/writer.{py,js,go} and
+//! Writer.java, whose packages scripts/stack.sh installs (ensure_producer_clients);
+//! docs/sql-producers.md quotes them whole.
 
 use chrono::{DateTime, SubsecRound, Utc};
 use courier::outbox::MAX_MESSAGE_BYTES;
@@ -21,6 +21,8 @@ const TOPIC: &str = "catalog.video.events";
 
 /// Debian's PostgreSQL JDBC driver (libpostgresql-jdbc-java), which scripts/stack.sh installs.
 const JDBC_DRIVER: &str = "/usr/share/java/postgresql.jar";
+/// Where Debian's Go libraries (pgx v4 among them, which scripts/stack.sh installs) live.
+const GO_PATH: &str = "/usr/share/gocode";
 
 fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
@@ -609,10 +611,13 @@ enum Line {
     },
 }
 
-/// Runs a producer to its end, connected as `role`; its output lines.
+/// Runs a producer to its end, connected as `role`, with `envs` besides the connection's; its
+/// output lines.
+#[allow(clippy::too_many_arguments)]
 async fn run_producer(
     program: PathBuf,
     args: &[&str],
+    envs: &[(&str, String)],
     script: &str,
     db: &TestDb,
     role: &str,
@@ -642,6 +647,7 @@ async fn run_producer(
         .env("PGDATABASE", dbname)
         .env("COURIER_TOPIC", topic)
         .env("COURIER_KEY_PREFIX", prefix)
+        .envs(envs.iter().map(|(name, value)| (name, value)))
         .kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(60), command.output())
         .await
@@ -663,7 +669,7 @@ async fn run_producer(
 }
 
 #[tokio::test]
-async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::Result<()> {
+async fn python_node_java_and_go_producers_publish_through_the_relay() -> anyhow::Result<()> {
     courier_testkit::init_logging();
     let db = TestDb::new().await?;
     let pubsub = TestPubSub::get().await?;
@@ -704,12 +710,26 @@ async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::R
     let mut committed = Vec::new();
     let mut rolled_back = Vec::new();
     let mut refused = Vec::new();
-    // Java runs its one source file with Debian's PostgreSQL JDBC driver.
+    // Java runs its one source file with Debian's PostgreSQL JDBC driver; Go builds its one
+    // file in GOPATH mode against Debian's pgx (scripts/stack.sh installs both).
     let java = ["-cp", JDBC_DRIVER];
-    for (program, args, script, prefix, source) in [
-        (python, &[][..], "writer.py", "py", "orders-python"),
+    let go_env = [
+        ("GO111MODULE", "off".to_string()),
+        ("GOPATH", GO_PATH.to_string()),
+        ("GOFLAGS", String::new()),
+        (
+            "GOCACHE",
+            std::env::temp_dir()
+                .join("courier-go-producer-cache")
+                .display()
+                .to_string(),
+        ),
+    ];
+    for (program, args, envs, script, prefix, source) in [
+        (python, &[][..], &[][..], "writer.py", "py", "orders-python"),
         (
             PathBuf::from("node"),
+            &[][..],
             &[][..],
             "writer.js",
             "js",
@@ -718,12 +738,21 @@ async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::R
         (
             PathBuf::from("java"),
             &java[..],
+            &[][..],
             "Writer.java",
             "java",
             "orders-java",
         ),
+        (
+            PathBuf::from("go"),
+            &["run"][..],
+            &go_env[..],
+            "writer.go",
+            "go",
+            "orders-go",
+        ),
     ] {
-        for line in run_producer(program, args, script, &db, &writer, &topic, prefix).await? {
+        for line in run_producer(program, args, envs, script, &db, &writer, &topic, prefix).await? {
             match line {
                 Line::Committed {
                     key,
@@ -740,9 +769,9 @@ async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::R
             }
         }
     }
-    assert_eq!(committed.len(), 27);
-    assert_eq!(rolled_back.len(), 3);
-    assert_eq!(refused.len(), 9);
+    assert_eq!(committed.len(), 36);
+    assert_eq!(rolled_back.len(), 4);
+    assert_eq!(refused.len(), 12);
 
     // A Rust append of the same kind, for the attributes a Rust producer's event carries.
     let rust_event = NewEvent::new(&topic, "order", "rust-0", "order.placed", 1, b"{}".to_vec())
@@ -773,12 +802,12 @@ async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::R
     })
     .await?;
     assert_eq!(collector.distinct_event_ids(), expected);
-    assert_eq!(db.scalar("SELECT count(*) FROM courier.outbox").await?, 28);
+    assert_eq!(db.scalar("SELECT count(*) FROM courier.outbox").await?, 37);
     for id in &rolled_back {
         assert!(!expected.contains(&id.to_string()));
     }
     let order = collector.publish_order();
-    for prefix in ["py", "js", "java"] {
+    for prefix in ["py", "js", "java", "go"] {
         for i in 0..3 {
             assert_eq!(
                 order[&format!("{prefix}-{i}")],
@@ -829,11 +858,11 @@ async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::R
     }
 
     // The business rows of the committed transactions only.
-    assert_eq!(db.scalar("SELECT count(*) FROM public.orders").await?, 9);
+    assert_eq!(db.scalar("SELECT count(*) FROM public.orders").await?, 12);
     assert_eq!(
         db.scalar("SELECT count(*) FROM public.orders WHERE version = 3")
             .await?,
-        9
+        12
     );
 
     // Bad input: in every language the error Outbox::append gives, and nothing written.
@@ -851,7 +880,7 @@ async fn python_node_and_java_producers_publish_through_the_relay() -> anyhow::R
         assert_eq!(message, &expected.to_string(), "{prefix} {case}");
     }
     let cases: HashSet<(&str, &str)> = refused.iter().map(|(p, c, ..)| (*p, c.as_str())).collect();
-    assert_eq!(cases.len(), 9);
+    assert_eq!(cases.len(), 12);
 
     // The producers' role may append and nothing else on the framework's schema.
     let mut as_writer: tokio_postgres::Config = db.config.url.parse()?;
@@ -878,6 +907,7 @@ fn the_guide_quotes_the_tested_producers() -> anyhow::Result<()> {
         ("writer.py", "```python\n"),
         ("writer.js", "```js\n"),
         ("Writer.java", "```java\n"),
+        ("writer.go", "```go\n"),
     ] {
         let code = std::fs::read_to_string(clients_dir().join(file))?;
         assert!(
