@@ -242,6 +242,45 @@ fn latency_runs_open_loop_and_reports_percentiles_and_hops_beside_the_emulators(
     let _ = std::fs::remove_dir_all(out);
 }
 
+/// A relay-only run's hop ends at the mark, after the broker's acknowledgement: the emulator's
+/// own latency it is judged against ends at the acknowledgement too, not at a receipt (with
+/// unique keys the emulator's delivery alone took 340 ms at p99, a budget the relay never used).
+#[test]
+fn relay_only_latency_is_judged_against_the_emulators_publish_acknowledgement() {
+    let (report, out) = run(
+        "latency",
+        &[
+            "--relay-only",
+            "--key-space",
+            "unique",
+            "--updates",
+            "1",
+            "--seconds",
+            "2",
+            "--warm-up-secs",
+            "1",
+            "--rate",
+            "100",
+            "--writers",
+            "2",
+        ],
+    );
+    assert_clean("latency", &report);
+    let reference = &report["reference_latencies"][0];
+    assert!(
+        reference["name"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("publish → acknowledged"),
+        "{reference}"
+    );
+    assert!(
+        reference["p99_ms"].as_f64().unwrap_or(0.0) > 0.0,
+        "{reference}"
+    );
+    let _ = std::fs::remove_dir_all(out);
+}
+
 /// Relay kills, PostgreSQL restarts and emulator freezes. Consumer kills are left out here:
 /// on the emulator they can break the subscription for good (see README, load tests).
 #[test]

@@ -2,8 +2,9 @@
 //! measured on the same pipeline just before), each write's latency measured from the instant it was
 //! due, so a stalled pipeline cannot hide its stalls (no coordinated omission). Reports
 //! p50/p90/p99/p99.9/max commit → projection (→ marked published with `--relay-only`), and
-//! each hop's share (`hops.rs`), beside the emulator's own publish → receive latency at the
-//! same rate, for as long, measured after the run on the warmed-up emulator. The writes of a
+//! each hop's share (`hops.rs`), beside the emulator's own publish → receive latency (publish →
+//! acknowledged with `--relay-only`) at the same rate, for as long, measured after the run on
+//! the warmed-up emulator. The writes of a
 //! warm-up before the measured ones are reported apart: at 200/s the pipeline's first 300 ms
 //! alone were the p99 of a 30-second run.
 
@@ -123,15 +124,26 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     // The emulator's own hop, at the run's rate for the run's duration on the emulator the
     // run just warmed up, with the machine to itself: a short probe is too noisy to judge a
     // pipeline that contains the hop by.
+    // A relay-only run's hop ends at the mark, after the broker acknowledged the publish: its
+    // reference ends at the acknowledgement too (a receipt would add the delivery it has not).
+    let hop = if p.relay_only {
+        limits::RawHop::Acknowledged
+    } else {
+        limits::RawHop::Received
+    };
+    let until = match hop {
+        limits::RawHop::Received => "receive",
+        limits::RawHop::Acknowledged => "acknowledged",
+    };
     eprintln!(
-        "measuring the emulator's own publish → receive at {rate:.0}/s for {} s",
+        "measuring the emulator's own publish → {until} at {rate:.0}/s for {} s",
         args.seconds
     );
     let keys = match p.key_space {
         KeySpace::Reused => Some(p.keys),
         KeySpace::Unique => None,
     };
-    let raw = limits::raw_latency(&pubsub, rate.round() as u64, args.seconds, keys).await?;
+    let raw = limits::raw_latency(&pubsub, rate.round() as u64, args.seconds, keys, hop).await?;
 
     let mut report = Report {
         benchmark: "latency: commit → projection at a fixed rate".into(),

@@ -66,7 +66,14 @@ pub async fn run(args: LimitsArgs) -> anyhow::Result<Report> {
         let count = (args.messages / 4).max(2_000 * u64::from(streams) * 3);
         rates.push(raw_receive_rate(&pubsub, streams, count, 1_000).await?);
     }
-    let latency = raw_latency(&pubsub, args.latency_rate, args.seconds, Some(100)).await?;
+    let latency = raw_latency(
+        &pubsub,
+        args.latency_rate,
+        args.seconds,
+        Some(100),
+        RawHop::Received,
+    )
+    .await?;
     Ok(Report {
         benchmark: "limits: this machine's raw ceilings (no framework)".into(),
         parameters: vec![
@@ -332,40 +339,55 @@ pub async fn raw_receive(
     ))
 }
 
-/// The emulator's own publish → receive latency at `rate` messages per second for
-/// `seconds`, round-robin over `keys` ordering keys (`None`: a new key per message), on an
-/// ordered subscription with one stream: each message carries the instant it was due to be
-/// published, so a stalled publisher counts against the latency.
+/// Where the emulator's own latency is measured to: what the pipeline's measured hop ends with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum RawHop {
+    /// A subscriber's receipt (end to end runs: their hop ends at the projection).
+    Received,
+    /// The broker's acknowledgement of the publish (relay-only runs: their hop ends when the
+    /// row is marked, after the acknowledgement; no subscription reads their topic).
+    Acknowledged,
+}
+
+/// The emulator's own latency at `rate` messages per second for `seconds`, round-robin over
+/// `keys` ordering keys (`None`: a new key per message): publish → receive on an ordered
+/// subscription with one stream, or publish → acknowledged with no subscription. Each message
+/// counts from the instant it was due to be published, so a stalled publisher counts against
+/// the latency.
 pub async fn raw_latency(
     pubsub: &TestPubSub,
     rate: u64,
     seconds: u64,
     keys: Option<u64>,
+    hop: RawHop,
 ) -> anyhow::Result<Latency> {
     let topic = pubsub.topic("limits.latency").await?;
-    let subscription = unordered_or_ordered(pubsub, &topic, true).await?;
     let client = pubsub.client();
-    let subscriber = client.subscriber().await?;
-    let mut stream = subscriber
-        .subscribe(client.subscription_path(&subscription))
-        .build();
     let origin = Instant::now();
     let total = rate * seconds;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(100_000);
-    tokio::spawn(async move {
-        while let Some(Ok((message, handler))) = stream.next().await {
-            handler.ack();
-            let arrived = origin.elapsed().as_micros() as u64;
-            let due: u64 = message
-                .attributes
-                .get("due_micros")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(arrived);
-            if tx.send(arrived.saturating_sub(due)).await.is_err() {
-                break;
+    if hop == RawHop::Received {
+        let subscription = unordered_or_ordered(pubsub, &topic, true).await?;
+        let subscriber = client.subscriber().await?;
+        let mut stream = subscriber
+            .subscribe(client.subscription_path(&subscription))
+            .build();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(Ok((message, handler))) = stream.next().await {
+                handler.ack();
+                let arrived = origin.elapsed().as_micros() as u64;
+                let due: u64 = message
+                    .attributes
+                    .get("due_micros")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(arrived);
+                if tx.send(arrived.saturating_sub(due)).await.is_err() {
+                    break;
+                }
             }
-        }
-    });
+        });
+    }
     let publisher = client
         .publisher(&topic, courier::operations::CLIENT_BATCH_DELAY)
         .await?;
@@ -385,11 +407,24 @@ pub async fn raw_latency(
             .set_data(vec![b'x'; 200])
             .set_ordering_key(key)
             .set_attributes(attributes);
-        pending.push(publisher.publish(m));
+        // Awaited in a task of its own, so the acknowledgement's instant is when it came.
+        let published = publisher.publish(m);
+        let acknowledged = (hop == RawHop::Acknowledged).then(|| tx.clone());
+        pending.push(tokio::spawn(async move {
+            published.await?;
+            if let Some(tx) = acknowledged {
+                let micros = origin.elapsed().as_micros() as u64;
+                let _ = tx.send(micros.saturating_sub(due.as_micros() as u64)).await;
+            }
+            anyhow::Ok(())
+        }));
         bar.inc(1);
     }
+    drop(tx);
     for result in futures::future::join_all(pending).await {
-        result.context("latency probe publish")?;
+        result
+            .context("latency probe publish task")?
+            .context("latency probe publish")?;
     }
     bar.finish_and_clear();
     let mut histogram = crate::report::measures::new_histogram();
@@ -406,8 +441,9 @@ pub async fn raw_latency(
             _ => anyhow::bail!("latency probe: the receiving stream ended"),
         }
     }
-    Ok(Latency::from_histogram(
-        &format!("emulator raw publish → receive at {rate}/s"),
-        &histogram,
-    ))
+    let name = match hop {
+        RawHop::Received => format!("emulator raw publish → receive at {rate}/s"),
+        RawHop::Acknowledged => format!("emulator raw publish → acknowledged at {rate}/s"),
+    };
+    Ok(Latency::from_histogram(&name, &histogram))
 }
