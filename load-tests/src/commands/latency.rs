@@ -4,9 +4,8 @@
 //! p50/p90/p99/p99.9/max commit → projection (→ marked published with `--relay-only`), and
 //! each hop's share (`hops.rs`), beside the emulator's own publish → receive latency (publish →
 //! acknowledged with `--relay-only`) at the same rate, for as long, measured after the run on
-//! the warmed-up emulator. The writes of a
-//! warm-up before the measured ones are reported apart: at 200/s the pipeline's first 300 ms
-//! alone were the p99 of a 30-second run.
+//! the warmed-up emulator. The writes of a warm-up before the measured ones are reported apart:
+//! at 200/s the pipeline's first 300 ms alone were the p99 of a 30-second run.
 
 use crate::commands::limits;
 use crate::harness::drive::{Load, Pace, WARM_UP_SHARE};
@@ -131,12 +130,9 @@ pub async fn run(args: LatencyArgs, dir: &Path) -> anyhow::Result<Report> {
     } else {
         limits::RawHop::Received
     };
-    let until = match hop {
-        limits::RawHop::Received => "receive",
-        limits::RawHop::Acknowledged => "acknowledged",
-    };
     eprintln!(
-        "measuring the emulator's own publish → {until} at {rate:.0}/s for {} s",
+        "measuring the emulator's own publish → {} at {rate:.0}/s for {} s",
+        hop.end(),
         args.seconds
     );
     let keys = match p.key_space {

@@ -349,6 +349,16 @@ pub enum RawHop {
     Acknowledged,
 }
 
+impl RawHop {
+    /// Where the hop ends, as the reports name it ("publish → …").
+    pub fn end(self) -> &'static str {
+        match self {
+            RawHop::Received => "receive",
+            RawHop::Acknowledged => "acknowledged",
+        }
+    }
+}
+
 /// The emulator's own latency at `rate` messages per second for `seconds`, round-robin over
 /// `keys` ordering keys (`None`: a new key per message): publish → receive on an ordered
 /// subscription with one stream, or publish → acknowledged with no subscription. Each message
@@ -441,9 +451,8 @@ pub async fn raw_latency(
             _ => anyhow::bail!("latency probe: the receiving stream ended"),
         }
     }
-    let name = match hop {
-        RawHop::Received => format!("emulator raw publish → receive at {rate}/s"),
-        RawHop::Acknowledged => format!("emulator raw publish → acknowledged at {rate}/s"),
-    };
-    Ok(Latency::from_histogram(&name, &histogram))
+    Ok(Latency::from_histogram(
+        &format!("emulator raw publish → {} at {rate}/s", hop.end()),
+        &histogram,
+    ))
 }
