@@ -152,6 +152,11 @@ pub const COURIER: MigrationSet = MigrationSet {
             name: "0024_recorded_backlog_floors",
             sql: include_str!("../../../migrations/courier/0024_recorded_backlog_floors.sql"),
         },
+        Migration {
+            version: 25,
+            name: "0025_scalar_append_event",
+            sql: include_str!("../../../migrations/courier/0025_scalar_append_event.sql"),
+        },
     ],
 };
 

@@ -190,24 +190,7 @@ async fn sql_appends_write_the_rows_outbox_append_writes() -> anyhow::Result<()>
     let mut client = sql_db.client().await?;
     for event in single {
         let tx = client.transaction().await?;
-        let id: Uuid = tx
-            .query_one(
-                "SELECT courier.append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                &[
-                    &event.topic,
-                    &event.aggregate_type,
-                    &event.aggregate_id,
-                    &event.event_type,
-                    &event.version,
-                    &event.payload,
-                    &attributes_json(event),
-                    &event.schema_version,
-                    &event.event_id,
-                    &event.occurred_at,
-                ],
-            )
-            .await?
-            .get(0);
+        let id: Uuid = append_event(&tx, event).await?.get(0);
         assert_eq!(id, event.event_id);
         tx.commit().await?;
     }
@@ -359,21 +342,68 @@ async fn append_events(
     .await
 }
 
-/// The SQL error of appending `event` with append_event (or of `events` with append_events).
+/// `event` appended with append_event.
+async fn append_event(
+    tx: &tokio_postgres::Transaction<'_>,
+    event: &NewEvent,
+) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+    tx.query_one(
+        "SELECT courier.append_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        &[
+            &event.topic,
+            &event.aggregate_type,
+            &event.aggregate_id,
+            &event.event_type,
+            &event.version,
+            &event.payload,
+            &attributes_json(event),
+            &event.schema_version,
+            &event.event_id,
+            &event.occurred_at,
+        ],
+    )
+    .await
+}
+
+/// The SQL error of appending `events` with append_events; of one event, the error of
+/// append_event too, which must be the same (it is written apart for speed: 0025).
 async fn sql_error(
     client: &mut tokio_postgres::Client,
     events: &[NewEvent],
 ) -> anyhow::Result<tokio_postgres::error::DbError> {
-    let tx = client.transaction().await?;
-    let result = append_events(&tx, events).await;
-    tx.rollback().await?;
-    match result {
+    let refused = |result: Result<tokio_postgres::Row, tokio_postgres::Error>| match result {
         Ok(_) => anyhow::bail!("{events:?} was appended"),
         Err(e) => e
             .as_db_error()
             .cloned()
             .ok_or_else(|| anyhow::anyhow!("not a database error: {e}")),
+    };
+    let tx = client.transaction().await?;
+    let batch = refused(append_events(&tx, events).await);
+    tx.rollback().await?;
+    let batch = batch?;
+    if let [event] = events {
+        let tx = client.transaction().await?;
+        let single = refused(append_event(&tx, event).await);
+        tx.rollback().await?;
+        let single = single?;
+        assert_eq!(
+            (
+                single.code(),
+                single.message(),
+                single.column(),
+                single.detail()
+            ),
+            (
+                batch.code(),
+                batch.message(),
+                batch.column(),
+                batch.detail()
+            ),
+            "append_event and append_events refuse {event:?} alike"
+        );
     }
+    Ok(batch)
 }
 
 #[tokio::test]
