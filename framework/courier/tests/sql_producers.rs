@@ -641,61 +641,74 @@ enum Line {
     },
 }
 
-/// Runs a producer to its end, connected as `role`, with `envs` besides the connection's; its
-/// output lines.
-#[allow(clippy::too_many_arguments)]
-async fn run_producer(
+/// A producer in another language: the program that runs its one source file.
+struct Producer<'a> {
     program: PathBuf,
-    args: &[&str],
-    envs: &[(&str, String)],
-    script: &str,
-    db: &TestDb,
-    role: &str,
-    topic: &str,
-    prefix: &str,
-) -> anyhow::Result<Vec<Line>> {
-    anyhow::ensure!(
-        program.exists() || program.components().count() == 1,
-        "{} is missing: run scripts/test, or `source scripts/stack.sh && ensure_producer_clients`",
-        program.display()
-    );
-    let server: tokio_postgres::Config = db.config.url.parse()?;
-    let host = match server.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
-        _ => "127.0.0.1".into(),
-    };
-    let port = server.get_ports().first().copied().unwrap_or(5432);
-    let dbname = server.get_dbname().unwrap_or_default().to_string();
-    let mut command = tokio::process::Command::new(&program);
-    command
-        .args(args)
-        .arg(clients_dir().join(script))
-        .current_dir(clients_dir())
-        .env("PGHOST", host)
-        .env("PGPORT", port.to_string())
-        .env("PGUSER", role)
-        .env("PGDATABASE", dbname)
-        .env("COURIER_TOPIC", topic)
-        .env("COURIER_KEY_PREFIX", prefix)
-        .envs(envs.iter().map(|(name, value)| (name, value)))
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .map_err(|_| anyhow::anyhow!("{script} did not finish within 60 s"))?
-        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", program.display()))?;
-    anyhow::ensure!(
-        output.status.success(),
-        "{script} failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)?
-        .lines()
-        .map(|line| {
-            serde_json::from_str(line)
-                .map_err(|e| anyhow::anyhow!("{script} printed {line:?}: {e}"))
-        })
-        .collect()
+    args: &'a [&'a str],
+    /// Environment besides the connection's.
+    envs: &'a [(&'a str, String)],
+    /// Its source file in tests/clients.
+    script: &'a str,
+    /// Prefix of its keys, naming it in the refusals.
+    prefix: &'a str,
+    /// The `source` its committed events are counted under.
+    source: &'a str,
+}
+
+impl Producer<'_> {
+    /// Runs the producer to its end, connected as `role`; its output lines.
+    async fn run(&self, db: &TestDb, role: &str, topic: &str) -> anyhow::Result<Vec<Line>> {
+        let Producer {
+            program,
+            args,
+            envs,
+            script,
+            prefix,
+            ..
+        } = self;
+        anyhow::ensure!(
+            program.exists() || program.components().count() == 1,
+            "{} is missing: run scripts/test, or `source scripts/stack.sh && ensure_producer_clients`",
+            program.display()
+        );
+        let server: tokio_postgres::Config = db.config.url.parse()?;
+        let host = match server.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+            _ => "127.0.0.1".into(),
+        };
+        let port = server.get_ports().first().copied().unwrap_or(5432);
+        let dbname = server.get_dbname().unwrap_or_default().to_string();
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(*args)
+            .arg(clients_dir().join(script))
+            .current_dir(clients_dir())
+            .env("PGHOST", host)
+            .env("PGPORT", port.to_string())
+            .env("PGUSER", role)
+            .env("PGDATABASE", dbname)
+            .env("COURIER_TOPIC", topic)
+            .env("COURIER_KEY_PREFIX", prefix)
+            .envs(envs.iter().map(|(name, value)| (name, value)))
+            .kill_on_drop(true);
+        let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+            .await
+            .map_err(|_| anyhow::anyhow!("{script} did not finish within 60 s"))?
+            .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", program.display()))?;
+        anyhow::ensure!(
+            output.status.success(),
+            "{script} failed: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout)?
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .map_err(|e| anyhow::anyhow!("{script} printed {line:?}: {e}"))
+            })
+            .collect()
+    }
 }
 
 #[tokio::test]
@@ -755,34 +768,43 @@ async fn python_node_java_and_go_producers_publish_through_the_relay() -> anyhow
                 .to_string(),
         ),
     ];
-    for (program, args, envs, script, prefix, source) in [
-        (python, &[][..], &[][..], "writer.py", "py", "orders-python"),
-        (
-            PathBuf::from("node"),
-            &[][..],
-            &[][..],
-            "writer.js",
-            "js",
-            "orders-node",
-        ),
-        (
-            PathBuf::from("java"),
-            &java[..],
-            &[][..],
-            "Writer.java",
-            "java",
-            "orders-java",
-        ),
-        (
-            PathBuf::from("go"),
-            &["run"][..],
-            &go_env[..],
-            "writer.go",
-            "go",
-            "orders-go",
-        ),
-    ] {
-        for line in run_producer(program, args, envs, script, &db, &writer, &topic, prefix).await? {
+    let producers = [
+        Producer {
+            program: python,
+            args: &[],
+            envs: &[],
+            script: "writer.py",
+            prefix: "py",
+            source: "orders-python",
+        },
+        Producer {
+            program: PathBuf::from("node"),
+            args: &[],
+            envs: &[],
+            script: "writer.js",
+            prefix: "js",
+            source: "orders-node",
+        },
+        Producer {
+            program: PathBuf::from("java"),
+            args: &java,
+            envs: &[],
+            script: "Writer.java",
+            prefix: "java",
+            source: "orders-java",
+        },
+        Producer {
+            program: PathBuf::from("go"),
+            args: &["run"],
+            envs: &go_env,
+            script: "writer.go",
+            prefix: "go",
+            source: "orders-go",
+        },
+    ];
+    for producer in &producers {
+        let (prefix, source) = (producer.prefix, producer.source);
+        for line in producer.run(&db, &writer, &topic).await? {
             match line {
                 Line::Committed {
                     key,
