@@ -503,3 +503,41 @@ fn claim_cost_runs_the_relays_claim_with_and_without_parked_rows() {
         report["ratios"]
     );
 }
+
+/// `append --via sql` runs both writers and judges the SQL function on both counts of issue 57:
+/// events/s and the machine's CPU per event, each against `Outbox::append` in the same run.
+#[test]
+fn append_via_sql_judges_the_rate_and_the_cpu_per_event() {
+    let (report, out) = run(
+        "append",
+        &[
+            "--via",
+            "sql",
+            "--seconds",
+            "1",
+            "--rounds",
+            "2",
+            "--clients",
+            "2",
+        ],
+    );
+    let rates = report["rates"].as_array().expect("rates");
+    assert_eq!(rates.len(), 2, "{rates:?}");
+    for rate in rates {
+        assert!(rate["events"].as_u64().unwrap_or(0) > 0, "{rate}");
+    }
+    let ratios = report["ratios"].as_array().expect("ratios");
+    let names: Vec<&str> = ratios.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "SQL append_event / Outbox::append",
+            "CPU per event: SQL append_event / Outbox::append"
+        ]
+    );
+    for ratio in ratios {
+        assert!(ratio["value"].as_f64().unwrap_or(0.0) > 0.0, "{ratio}");
+        assert!(ratio["met"].is_boolean(), "judged: {ratio}");
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
