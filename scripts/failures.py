@@ -4,6 +4,7 @@ scripts/test runs a whole workspace in parts; this lists every part's failures t
 end of the log, where CI keeps it.  Usage: failures.py REPORT.xml [REPORT.xml ...]
 """
 
+import os
 import sys
 import xml.etree.ElementTree as ET
 
@@ -19,7 +20,8 @@ def tail(text, lines):
 
 def main(paths):
     failures = []
-    for path in paths:
+    # A part that failed before running its tests left no report (nor does a glob that matched none).
+    for path in filter(os.path.exists, paths):
         for suite in ET.parse(path).getroot().iter("testsuite"):
             for case in suite.iter("testcase"):
                 failure = case.find("failure")
