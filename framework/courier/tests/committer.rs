@@ -30,7 +30,16 @@ async fn independent_keys_applied_together_keep_their_order_under_transient_faul
 }
 
 async fn share_transactions_under_transient_faults(projection: Videos) -> anyhow::Result<()> {
-    let s = read_setup(|c| c.consumer.streams = 2).await?;
+    // Small shared transactions: with one event in 37 failing, a transaction of a hundred
+    // events nearly always holds a fault and falls back to one per key, so how many shared
+    // transactions commit would depend on how many events the emulator delivered per linger
+    // (a loaded CI run gathered big ones: 1.9 events a committed transaction, nearly all of
+    // them fallbacks). At 16 events four in five commit.
+    let s = read_setup(|c| {
+        c.consumer.streams = 2;
+        c.consumer.commit_max_events = 16;
+    })
+    .await?;
     let consumer = s.spawn(projection, ConsumerOptions::default());
     // Every 37th event fails once, transiently: its shared transaction fails, and each key of
     // it is applied on its own.
@@ -56,11 +65,13 @@ async fn share_transactions_under_transient_faults(projection: Videos) -> anyhow
     assert_eq!(stats.applied, total, "{stats:?}");
     assert_eq!((stats.dead_lettered, stats.parked), (0, 0), "{stats:?}");
     assert!(stats.failed > 0, "no fault struck: {stats:?}");
-    let per_transaction = (stats.applied + stats.duplicates) as f64 / stats.transactions as f64;
+    // Keys shared transactions: hundreds commit with several keys each (a committer that
+    // applied each key alone commits none).
     assert!(
-        per_transaction >= 2.0,
-        "{per_transaction:.1} events per transaction: keys did not share: {stats:?}"
+        stats.shared_transactions >= 50,
+        "keys did not share transactions: {stats:?}"
     );
+    let per_transaction = (stats.applied + stats.duplicates) as f64 / stats.transactions as f64;
     assert_eq!(
         s.scalar("SELECT max(applications)::bigint FROM app.effects")
             .await,
@@ -91,6 +102,7 @@ async fn share_transactions_under_transient_faults(projection: Videos) -> anyhow
     tracing::info!(
         per_transaction,
         transactions = stats.transactions,
+        shared = stats.shared_transactions,
         "shared transactions"
     );
     Ok(())

@@ -54,6 +54,9 @@ pub struct ConsumerStats {
     pub parked: AtomicU64,
     /// Projection transactions committed (events per transaction = settled / this).
     pub transactions: AtomicU64,
+    /// Of those, the ones that applied more than one key's events (the committer's sharing;
+    /// a shared transaction that failed and fell back to one per key is not counted).
+    pub shared_transactions: AtomicU64,
     /// Acks and nacks Pub/Sub confirmed (exactly-once subscriptions).
     pub confirmed: AtomicU64,
     /// Received and not yet acked or nacked.
@@ -74,6 +77,7 @@ pub struct StatsSnapshot {
     pub failed: u64,
     pub parked: u64,
     pub transactions: u64,
+    pub shared_transactions: u64,
     pub confirmed: u64,
     pub outstanding: u64,
     pub peak_outstanding: u64,
@@ -92,6 +96,7 @@ impl ConsumerStats {
             failed: get(&self.failed),
             parked: get(&self.parked),
             transactions: get(&self.transactions),
+            shared_transactions: get(&self.shared_transactions),
             confirmed: get(&self.confirmed),
             outstanding: get(&self.outstanding),
             peak_outstanding: get(&self.peak_outstanding),

@@ -570,6 +570,12 @@ async fn transact<P: Projection>(
     )))?;
     let events: usize = groups.iter().map(|g| g.len()).sum();
     parts.stats.transactions.fetch_add(1, Ordering::Relaxed);
+    if groups.len() > 1 {
+        parts
+            .stats
+            .shared_transactions
+            .fetch_add(1, Ordering::Relaxed);
+    }
     #[allow(clippy::cast_precision_loss)]
     metrics::histogram!(m::PROJECTION_TRANSACTION_EVENTS).record(events as f64);
     Ok(committed)
