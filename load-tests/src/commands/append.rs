@@ -206,12 +206,11 @@ async fn run_sql(
     } else {
         0.0
     };
-    let cpu = Ratio {
-        name: "CPU per event: SQL append_event / Outbox::append".into(),
-        value: cpu,
-        goal: "≤ 1.1 × Outbox::append's".into(),
-        met: Some(cpu > 0.0 && cpu <= 1.1),
-    };
+    let cpu = Ratio::at_most(
+        "CPU per event: SQL append_event / Outbox::append",
+        cpu,
+        Some(1.1),
+    );
     let rates: Vec<Rate> = runs.into_iter().map(|(rate, _)| rate).collect();
     let rate = Ratio::to_lowest(
         "SQL append_event / Outbox::append",

@@ -116,25 +116,15 @@ pub async fn run(args: ClaimCostArgs) -> anyhow::Result<Report> {
         .collect();
     let cost = |i: usize| spent[i].micros_per_row(spent[i].claim + spent[i].mark);
     let claim = |i: usize| spent[i].micros_per_row(spent[i].claim);
-    let ratio = |name: String, value: f64, goal: Option<f64>| Ratio {
-        name,
-        value,
-        goal: goal.map_or("none".into(), |g| format!("≤ {g}")),
-        met: goal.map(|g| value <= g),
-    };
     let ratios = vec![
-        ratio(
+        Ratio::at_most(
             format!("cost per row, {} parked / none", args.parked),
             cost(1) / cost(0),
             Some(2.0),
         ),
-        ratio(
-            "claim alone, parked / none".into(),
-            claim(1) / claim(0),
-            None,
-        ),
-        ratio(
-            "buffers per claim, parked / none".into(),
+        Ratio::at_most("claim alone, parked / none", claim(1) / claim(0), None),
+        Ratio::at_most(
+            "buffers per claim, parked / none",
             buffers[1] as f64 / buffers[0].max(1) as f64,
             None,
         ),

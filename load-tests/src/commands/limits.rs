@@ -375,7 +375,12 @@ pub async fn raw_latency(
     let client = pubsub.client();
     let origin = Instant::now();
     let total = rate * seconds;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(100_000);
+    // Room for every probe: the acknowledged mode's tasks send before anything reads, and the
+    // publish loop waits for them (a smaller bound would hang a run of more probes).
+    let capacity = usize::try_from(total)
+        .unwrap_or(usize::MAX)
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<u64>(capacity);
     if hop == RawHop::Received {
         let subscription = unordered_or_ordered(pubsub, &topic, true).await?;
         let subscriber = client.subscriber().await?;

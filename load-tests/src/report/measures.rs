@@ -40,6 +40,17 @@ pub struct Ratio {
 }
 
 impl Ratio {
+    /// A cost ratio, met when it is at most `goal` (`None`: reported without a goal). A ratio
+    /// of 0 measured nothing and meets no goal.
+    pub fn at_most(name: impl Into<String>, value: f64, goal: Option<f64>) -> Self {
+        Self {
+            name: name.into(),
+            value,
+            goal: goal.map_or("none".into(), |g| format!("≤ {g}")),
+            met: goal.map(|g| value > 0.0 && value <= g),
+        }
+    }
+
     /// The ratio of `measured` to the lowest of `ceilings` (the one that binds), which must
     /// reach `at_least`.
     pub fn to_lowest(name: &str, measured: &Rate, ceilings: &[&Rate], at_least: f64) -> Self {
