@@ -6,7 +6,7 @@ use crate::output::print_json;
 use chrono::Utc;
 use courier::db::{render, PgPool};
 use courier::inbound::OffsetStore;
-use courier::operations::{BacklogGauge, Horizon, HorizonQuery, OutboxStore};
+use courier::operations::{BacklogGauge, Horizon, HorizonQuery, OutboxStore, ShardBacklog};
 use courier::CourierConfig;
 use serde::Serialize;
 
@@ -44,7 +44,7 @@ pub(crate) struct Status {
     applied_per_sec: f64,
     relays: Vec<RelayStatus>,
     /// Unpublished rows per topic and shard.
-    backlog: Vec<Backlog>,
+    backlog: Vec<ShardBacklog>,
     horizon: HorizonStatus,
     consumers: Vec<ConsumerStatus>,
     /// Dead letters not republished yet, per consumer group.
@@ -222,18 +222,6 @@ struct ConsumerStatus {
     applied_per_sec: f64,
 }
 
-/// Unpublished rows of one topic in one shard.
-#[derive(Serialize)]
-struct Backlog {
-    topic: String,
-    shard: i32,
-    pending: i64,
-    /// Pending rows claimed under a live lease.
-    in_flight: i64,
-    dead: i64,
-    oldest_pending_secs: f64,
-}
-
 pub async fn run(config: CourierConfig, args: StatusArgs) -> anyhow::Result<()> {
     let configs = if args.services.is_empty() {
         vec![config]
@@ -301,17 +289,6 @@ pub(crate) async fn status_of(
     )
     .await?;
     let totals = courier::operations::Backlog::of(&parts);
-    let backlog = parts
-        .into_iter()
-        .map(|p| Backlog {
-            topic: p.topic,
-            shard: p.shard,
-            pending: p.pending,
-            in_flight: p.in_flight,
-            dead: p.dead,
-            oldest_pending_secs: p.oldest_pending_secs,
-        })
-        .collect();
     let applied: std::collections::HashMap<String, i64> = conn
         .query(
             &render(include_str!("queries/applied_by_group.sql"), schema),
@@ -351,7 +328,7 @@ pub(crate) async fn status_of(
         relays_started_last_hour: row.get("relays_started_last_hour"),
         applied_per_sec: per_sec(row.get("applied_last_minute")),
         relays,
-        backlog,
+        backlog: parts,
         horizon,
         consumers,
         dead_letters: courier::operations::DeadLetterLog::new(schema)

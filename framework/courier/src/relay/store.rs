@@ -180,7 +180,7 @@ impl Backlog {
 }
 
 /// The unpublished rows of one topic in one shard (queries/backlog.sql).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ShardBacklog {
     pub shard: i32,
     pub topic: String,
