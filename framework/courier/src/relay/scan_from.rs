@@ -48,7 +48,9 @@ const CLAIMS_KEPT: usize = 64;
 /// all of them every second (P9). Below the floor every never-failed row is published, in
 /// flight with this claimer, or waiting behind a parked row of its key. A floor query before
 /// each full scan finds the next floor; it holds only once the transactions running when it
-/// looked have ended (one may commit a row below it), so it waits one full scan as `pending`.
+/// looked have ended (one may commit a row below it), so it waits one full scan as `pending`,
+/// unless the claims before the look tell that those transactions took their seqs above a seq
+/// one of them read ([`ScanFrom::floor_found`]): then it holds at once, up to that seq.
 /// Rows going back lower the floor to their seq ([`ScanFrom::rewind_to`]); a row behind a
 /// parked one is found once that one is published ([`ScanFrom::rewind_to`] its seq) or by an
 /// operator's action ([`ScanFrom::rescan_all`]). Order does not depend on any of it: a row
