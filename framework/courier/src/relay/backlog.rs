@@ -89,7 +89,7 @@ impl BacklogGauge {
     async fn look(&mut self, store: &OutboxStore) -> Result<(), DbError> {
         for (shard, floor) in (0u32..).zip(self.floors.iter_mut()) {
             let look = store.gauge_floor(shard, floor.get()).await?;
-            floor.found(&look, None);
+            floor.found(&look);
         }
         Ok(())
     }

@@ -50,14 +50,7 @@ impl Floor {
         self.next_seq_seen = self.next_seq_seen.max(look.next_seq);
     }
 
-    /// What a look from the floor saw; `unseen_from`, when known, is a seq every row the look
-    /// could not see lies at or above ([`ScanFrom::floor_found`] reads it from the claims
-    /// before the look): the floor then rises at once to what the look found below it,
-    /// instead of one look later. A look walks the index entries from the floor, and while
-    /// the xmin horizon is pinned every row published above the floor leaves one, so a floor
-    /// one look behind made each entry be walked by two looks (P9).
-    ///
-    /// [`ScanFrom::floor_found`]: crate::relay::scan_from::ScanFrom::floor_found
+    /// What a look from the floor saw.
     ///
     /// If it saw no row, its floor is the next seq the previous look read, not the one it read
     /// itself: PostgreSQL takes a statement's snapshot before it runs, so a transaction may
@@ -67,12 +60,9 @@ impl Floor {
     /// differ). Every seq below the previous read was handed out before this look began, by a
     /// transaction that had its id then (the append's order), so this snapshot sees that
     /// transaction as ended or running.
-    pub fn found(&mut self, look: &FloorLook, unseen_from: Option<i64>) {
+    pub fn found(&mut self, look: &FloorLook) {
         let found = look.lowest.unwrap_or(self.next_seq_seen);
         self.saw_next_seq(look);
-        if let Some(unseen_from) = unseen_from {
-            self.floor = self.floor.max(found.min(unseen_from));
-        }
         if let Some((pending, next_xid)) = self.pending {
             if look.snapshot.xmin >= next_xid {
                 // Whatever the transactions running at the pending floor's look wrote below

@@ -20,10 +20,6 @@ const RESCAN_ALL_EVERY: Duration = Duration::from_secs(600);
 /// keeps the scan start lower for longer).
 const MAX_UNSETTLED: usize = 32;
 
-/// The claims [`ScanFrom`] remembers for its floor (a second or more of claims under load):
-/// a look whose oldest writer began before all of them settles its floor one look later.
-const CLAIMS_KEPT: usize = 64;
-
 /// Where a claim looks for never-failed rows. Rows in flight stay unpublished in the index
 /// the claim walks, each costing a heap fetch, so with thousands in flight (a slow broker,
 /// unique keys) scanning from the shard's start was most of a claim's cost. A claim looks
@@ -48,9 +44,7 @@ const CLAIMS_KEPT: usize = 64;
 /// all of them every second (P9). Below the floor every never-failed row is published, in
 /// flight with this claimer, or waiting behind a parked row of its key. A floor query before
 /// each full scan finds the next floor; it holds only once the transactions running when it
-/// looked have ended (one may commit a row below it), so it waits one full scan as `pending`,
-/// unless the claims before the look tell that those transactions took their seqs above a seq
-/// one of them read ([`ScanFrom::floor_found`]): then it holds at once, up to that seq.
+/// looked have ended (one may commit a row below it), so it waits one full scan as `pending`.
 /// Rows going back lower the floor to their seq ([`ScanFrom::rewind_to`]); a row behind a
 /// parked one is found once that one is published ([`ScanFrom::rewind_to`] its seq) or by an
 /// operator's action ([`ScanFrom::rescan_all`]). Order does not depend on any of it: a row
@@ -67,8 +61,6 @@ pub struct ScanFrom {
     rewinds: u64,
     /// Stretches short claims passed over while other transactions ran, oldest first.
     unsettled: VecDeque<Unsettled>,
-    /// What the latest claims saw, oldest first (see [`ScanFrom::floor_found`]).
-    claims: VecDeque<ClaimSeen>,
     last_full_scan: Instant,
     /// The last full scan from the shard's start.
     last_rescan_all: Instant,
@@ -93,13 +85,6 @@ pub enum Scan {
     },
 }
 
-/// A claim's snapshot bound and the next seq it read after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ClaimSeen {
-    next_xid: i64,
-    next_seq: i64,
-}
-
 /// Seqs from `start` on that a claim passed over while transactions below `next_xid` may
 /// have been writing rows into them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +100,6 @@ impl ScanFrom {
             floor: Floor::start(),
             rewinds: 0,
             unsettled: VecDeque::new(),
-            claims: VecDeque::new(),
             last_full_scan: Instant::now(),
             last_rescan_all: Instant::now(),
             horizon_held: false,
@@ -162,26 +146,9 @@ impl ScanFrom {
 
     /// What the floor query of the full scan handed out with `rewinds` saw ([`Floor::found`]);
     /// a query that began before rows went back only bounds the next one.
-    ///
-    /// The claims made before the look tell where the rows it could not see lie. Those are
-    /// rows of the transactions writing the outbox that were running at its snapshot (ids
-    /// from its `xmin` on) or began after it. Say claim `j` is the newest whose `next_xid` is
-    /// at most that `xmin`: each of those transactions got its id after claim `j`'s snapshot,
-    /// and took its seqs after its id (the append's order, insert_events.sql), so after claim
-    /// `j - 1`, which ran before `j`, read the next seq. A transaction writing no outbox row
-    /// at the look takes its seqs after it, above every row the look could see. So every
-    /// unseen row lies at or above claim `j - 1`'s next seq, and the floor need not wait for
-    /// a later look to learn that those transactions ended.
     pub fn floor_found(&mut self, rewinds: u64, look: FloorLook) {
         if rewinds == self.rewinds {
-            let unseen_from = self
-                .claims
-                .iter()
-                .zip(self.claims.iter().skip(1))
-                .rev()
-                .find(|(_, later)| later.next_xid <= look.snapshot.xmin)
-                .map(|(earlier, _)| earlier.next_seq);
-            self.floor.found(&look, unseen_from);
+            self.floor.found(&look);
         } else {
             self.floor.saw_next_seq(&look);
         }
@@ -194,15 +161,6 @@ impl ScanFrom {
         else {
             return;
         };
-        if let Some(next_seq) = claimed.next_seq {
-            if self.claims.len() == CLAIMS_KEPT {
-                self.claims.pop_front();
-            }
-            self.claims.push_back(ClaimSeen {
-                next_xid: snapshot.next_xid,
-                next_seq,
-            });
-        }
         self.unsettled
             .retain(|stretch| !(from <= stretch.start && stretch.next_xid <= snapshot.xmin));
         if last < self.frontier {
@@ -290,21 +248,14 @@ mod tests {
         }
     }
 
-    /// A claim's outcome: rows with these seqs, seen with transactions `xmin..next_xid` running
-    /// (the next seq it read: one past its last row).
+    /// A claim's outcome: rows with these seqs, seen with transactions `xmin..next_xid` running.
     fn claim(seqs: &[i64], xmin: i64, next_xid: i64) -> Claimed {
-        claim_reading(seqs, xmin, next_xid, seqs.iter().max().map_or(0, |s| s + 1))
-    }
-
-    /// A claim that read `next_seq` after its snapshot.
-    fn claim_reading(seqs: &[i64], xmin: i64, next_xid: i64, next_seq: i64) -> Claimed {
         Claimed {
             rows: seqs
                 .iter()
                 .map(|&seq| ClaimedRow::for_test(seq, "a", 1))
                 .collect(),
             snapshot: (!seqs.is_empty()).then_some(ClaimSnapshot { xmin, next_xid }),
-            next_seq: (!seqs.is_empty()).then_some(next_seq),
         }
     }
 
@@ -416,64 +367,6 @@ mod tests {
         );
         scan.floor_found(rewinds, seen(170, 90, 95));
         assert_eq!(full_scan(&mut scan).0, 160);
-    }
-
-    #[test]
-    fn a_floor_settles_at_once_when_the_claims_before_its_look_bound_its_running_writers() {
-        let mut scan = ScanFrom::start();
-        // Claims read seq 40 (ids from 90 on unborn), then 50 (from 100), then 60 (from 110).
-        scan.claimed(0, 10, &claim_reading(&[10], 80, 90, 40));
-        scan.claimed(0, 10, &claim_reading(&[20], 90, 100, 50));
-        scan.claimed(0, 10, &claim_reading(&[30], 100, 110, 60));
-        // Writers from 105 on ran at the look: ids handed out after the second claim's
-        // snapshot, so seqs taken after the first claim read 40.
-        let (floor, rewinds) = full_scan(&mut scan);
-        assert_eq!(floor, 0);
-        scan.floor_found(rewinds, seen(70, 105, 120));
-        assert_eq!(
-            full_scan(&mut scan).0,
-            40,
-            "at once: no row of theirs lies below 40"
-        );
-        // Writers from 115 on: after the third claim's snapshot, so after the second's read.
-        let (_, rewinds) = full_scan(&mut scan);
-        scan.floor_found(rewinds, seen(45, 115, 125));
-        assert_eq!(
-            full_scan(&mut scan).0,
-            45,
-            "the row the look found holds it"
-        );
-    }
-
-    #[test]
-    fn a_writer_older_than_the_claims_kept_leaves_the_floor_one_look_behind() {
-        let mut scan = ScanFrom::start();
-        scan.claimed(0, 10, &claim_reading(&[10], 80, 90, 40));
-        scan.claimed(0, 10, &claim_reading(&[20], 90, 100, 50));
-        // Writer 95 got its id before the second claim's snapshot: it may hold a seq from
-        // before the first claim's read, so nothing is settled at this look.
-        let (_, rewinds) = full_scan(&mut scan);
-        scan.floor_found(rewinds, seen(70, 95, 120));
-        assert_eq!(full_scan(&mut scan).0, 0, "95 may still write below 40");
-        // Only one claim saw ids below 100 unborn: no claim before it read a seq.
-        let mut scan = ScanFrom::start();
-        scan.claimed(0, 10, &claim_reading(&[10], 80, 100, 40));
-        let (_, rewinds) = full_scan(&mut scan);
-        scan.floor_found(rewinds, seen(70, 105, 120));
-        assert_eq!(full_scan(&mut scan).0, 0);
-        // The claims kept are bounded: the oldest go first.
-        let mut scan = ScanFrom::start();
-        for i in 0..(CLAIMS_KEPT as i64 + 10) {
-            scan.claimed(0, 10, &claim_reading(&[i], 1_000 + i, 1_000 + i, i + 1));
-        }
-        assert_eq!(scan.claims.len(), CLAIMS_KEPT);
-        let (_, rewinds) = full_scan(&mut scan);
-        scan.floor_found(rewinds, seen(5_000, 1_005, 9_000));
-        assert_eq!(
-            full_scan(&mut scan).0,
-            0,
-            "writer 1005 is older than every claim kept"
-        );
     }
 
     #[test]

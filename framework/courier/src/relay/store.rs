@@ -101,9 +101,6 @@ pub struct FloorLook {
 pub struct Claimed {
     pub rows: Vec<ClaimedRow>,
     pub snapshot: Option<ClaimSnapshot>,
-    /// The seq the next row would get, read after the snapshot was taken (`None` when it took
-    /// none).
-    pub next_seq: Option<i64>,
 }
 
 impl Claimed {
@@ -348,7 +345,6 @@ impl OutboxStore {
             xmin: row.get(13),
             next_xid: row.get(14),
         });
-        let next_seq = rows.first().map(|row| row.get(17));
         let mut claimed: Vec<ClaimedRow> = rows
             .into_iter()
             .map(|row| ClaimedRow {
@@ -377,7 +373,6 @@ impl OutboxStore {
         Ok(Claimed {
             rows: claimed,
             snapshot,
-            next_seq,
         })
     }
 

@@ -141,14 +141,9 @@ SET lock_token = $2, locked_at = now()
 FROM claimable c,
      -- Which transactions may still have been running when the claim looked: ids from the
      -- snapshot's xmin up to (not including) next_xid (relay/scan_from.rs uses them to know
-     -- when rows it passed over have committed). And the seq the next row gets, read after
-     -- the snapshot was taken: a transaction whose id is handed out after a later claim's
-     -- snapshot takes its seqs from there on (relay/floor.rs).
+     -- when rows it passed over have committed).
      (SELECT pg_snapshot_xmin(s)::text::bigint AS xmin,
-             {next_xid} AS next_xid,
-             coalesce(pg_sequence_last_value(
-                          pg_get_serial_sequence('{schema}.outbox', 'seq')::regclass), 0) + 1
-                 AS next_seq
+             {next_xid} AS next_xid
       FROM pg_current_snapshot() s) snapshot
 WHERE o.ctid = c.ctid AND o.published_at IS NULL
 RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, o.version,
@@ -191,5 +186,4 @@ RETURNING o.seq, o.id, o.topic, o.aggregate_type, o.aggregate_id, o.event_type, 
           -- Where this UPDATE left the row: its mark finds it there (relay/row_address.rs).
           o.ctid,
           -- It waited for a retry: its key's later versions waited behind it.
-          o.next_retry_at IS NOT NULL AS retried,
-          snapshot.next_seq
+          o.next_retry_at IS NOT NULL AS retried
