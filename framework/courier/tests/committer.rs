@@ -34,7 +34,7 @@ async fn share_transactions_under_transient_faults(projection: Videos) -> anyhow
     // events nearly always holds a fault and falls back to one per key, so how many shared
     // transactions commit would depend on how many events the emulator delivered per linger
     // (a loaded CI run gathered big ones: 1.9 events a committed transaction, nearly all of
-    // them fallbacks). At 16 events four in five commit.
+    // them fallbacks). At 16 events at least two in three commit ((36/37)^16).
     let s = read_setup(|c| {
         c.consumer.streams = 2;
         c.consumer.commit_max_events = 16;
