@@ -311,6 +311,7 @@ impl PinReading {
             .chain(&self.tuples_at_end)
             .map(|t| t.table.as_str())
             .collect();
+        let mut per_write = None;
         let statements = match &self.statements {
             None => {
                 notes.push(
@@ -324,6 +325,16 @@ impl PinReading {
                 match compare(baseline, start, end, &self.schema, &tables) {
                     Ok(statements) => {
                         goals.push(statements_goal(&statements, &label));
+                        per_write = writes_between(samples, self.statements_from, self.from)
+                            .zip(writes_between(samples, self.from, self.to))
+                            .and_then(|(before, pinned)| PerWrite::of(&statements, before, pinned));
+                        match &per_write {
+                            Some(per_write) => goals.push(per_write.goal(&label)),
+                            None => notes.push(
+                                "no writes sampled in a window: the time per write is not judged"
+                                    .into(),
+                            ),
+                        }
                         Some(statements)
                     }
                     Err(why) => {
@@ -359,6 +370,7 @@ impl PinReading {
             to_s: self.to,
             statements_from_s: self.statements_from,
             statements,
+            per_write,
             tables: pair_tuples(&self.tuples_at_start, &self.tuples_at_end),
             oldest_snapshot_at_release_s: self.oldest_snapshot_at_release,
             oldest_snapshot_max_s,
@@ -554,6 +566,89 @@ pub fn statements_goal(statements: &[PinnedStatement], label: &str) -> Goal {
     }
 }
 
+/// The framework's PostgreSQL time per committed write before and while pinned: P9 promises
+/// the same cost per event. It weighs each statement by how often a write makes it run, which
+/// a mean per call does not: a statement that runs once a second per shard (the claim's floor
+/// look) can double its mean and still add a microsecond a write.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct PerWrite {
+    pub writes_before: i64,
+    pub writes_pinned: i64,
+    /// Milliseconds of the framework's statements per committed write.
+    pub ms_before: f64,
+    pub ms_pinned: f64,
+}
+
+impl PerWrite {
+    /// Every framework statement's time in each window over the writes committed in it;
+    /// `None` when a window committed nothing.
+    pub fn of(
+        statements: &[PinnedStatement],
+        writes_before: i64,
+        writes_pinned: i64,
+    ) -> Option<Self> {
+        if writes_before <= 0 || writes_pinned <= 0 {
+            return None;
+        }
+        let total = |mean: fn(&PinnedStatement) -> (Option<f64>, i64)| {
+            statements
+                .iter()
+                .filter(|s| s.owner == Owner::Framework)
+                .map(|s| {
+                    let (mean, calls) = mean(s);
+                    mean.unwrap_or(0.0) * calls as f64
+                })
+                .sum::<f64>()
+        };
+        Some(Self {
+            writes_before,
+            writes_pinned,
+            ms_before: total(|s| (s.mean_ms_before, s.calls_before)) / writes_before as f64,
+            ms_pinned: total(|s| (s.mean_ms_pinned, s.calls_pinned)) / writes_pinned as f64,
+        })
+    }
+
+    pub fn ratio(&self) -> f64 {
+        self.ms_pinned / self.ms_before
+    }
+
+    pub fn goal(&self, label: &str) -> Goal {
+        Goal {
+            name: format!(
+                "framework statements' time per committed write while xmin pinned ({label})"
+            ),
+            value: format!(
+                "{:.3} → {:.3} ms ({:.2}×; {} and {} writes)",
+                self.ms_before,
+                self.ms_pinned,
+                self.ratio(),
+                self.writes_before,
+                self.writes_pinned
+            ),
+            goal: format!("≤ {PINNED_MEAN_LIMIT}× before (P9: the same cost per event)"),
+            met: self.ms_before > 0.0 && self.ratio() <= PINNED_MEAN_LIMIT,
+        }
+    }
+}
+
+/// Writes committed in `[from, to]` by the run's samples of its cumulative count (the last
+/// sample at or before each instant); `None` when no sample lies at or before `from`.
+pub fn writes_between(samples: &[Sample], from: f64, to: f64) -> Option<i64> {
+    let at = |t: f64| {
+        samples
+            .iter()
+            .filter(|s| s.t <= t)
+            .max_by(|a, b| a.t.total_cmp(&b.t))
+            .map(|s| s.written)
+    };
+    match (at(from), at(to)) {
+        (Some(a), Some(b)) => Some(b - a),
+        // The run's first sample comes a moment after its writes start, which start at 0.
+        (None, Some(b)) if from <= 0.0 => Some(b),
+        _ => None,
+    }
+}
+
 /// The outbox's unpublished rows at their highest before and while pinned.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BacklogPeaks {
@@ -662,6 +757,8 @@ pub struct PinnedWindow {
     pub statements_from_s: f64,
     /// `None`: not compared (the notes say why).
     pub statements: Option<Vec<PinnedStatement>>,
+    /// `None`: not compared, or a window committed no write.
+    pub per_write: Option<PerWrite>,
     /// The framework's tables.
     pub tables: Vec<TableTuples>,
     /// The oldest snapshot in the run's database as the pin was released (the pin's own,
@@ -706,6 +803,19 @@ impl PinnedWindow {
         )
     }
 
+    fn per_write_line(&self) -> Option<String> {
+        let p = self.per_write?;
+        Some(format!(
+            "the framework's statements per committed write: {:.3} ms before ({} writes), {:.3} \
+             ms while pinned ({} writes): {:.2}×",
+            p.ms_before,
+            p.writes_before,
+            p.ms_pinned,
+            p.writes_pinned,
+            p.ratio()
+        ))
+    }
+
     fn backlog_line(&self) -> String {
         let peak = |p: Option<i64>| p.map_or("none sampled".to_string(), |n| n.to_string());
         format!(
@@ -740,6 +850,9 @@ impl PinnedWindow {
                     st.query.chars().take(90).collect::<String>()
                 );
             }
+        }
+        if let Some(line) = self.per_write_line() {
+            out += &format!("    {line}\n");
         }
         out += "    dead tuples (live) at the pin's start → release:";
         let changed: Vec<String> = self
@@ -790,6 +903,9 @@ impl PinnedWindow {
                     st.query.replace('|', "\\|").replace('`', "'")
                 );
             }
+        }
+        if let Some(line) = self.per_write_line() {
+            out += &format!("\n{line}.\n");
         }
         out += "\n| table | dead at start | dead at release | live at start | live at release |\n\
                 |---|---:|---:|---:|---:|\n";
@@ -1094,5 +1210,48 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| outbox | 5 | 5000 | 10 | 20 |"), "{md}");
+    }
+
+    fn sample(t: f64, written: i64) -> Sample {
+        Sample {
+            t,
+            written,
+            outbox_pending: None,
+            applied: 0,
+            window_p99_ms: None,
+            outbox_dead_tuples: None,
+            oldest_snapshot_secs: None,
+            processes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn time_per_write_weighs_each_statement_by_its_calls() {
+        let floor = "SELECT min(seq) FROM courier.outbox WHERE shard = $1";
+        let start = [count(1, CLAIM, 1_000, 100.0), count(2, floor, 100, 10.0)];
+        // The claim as before a call; the rare floor look 3× slower: 20 ms more in 1,000
+        // writes, 1.18× a write, though its own mean tripled.
+        let end = [count(1, CLAIM, 2_000, 200.0), count(2, floor, 200, 40.0)];
+        let compared = compare(&[], &start, &end, "courier", &TABLES).expect("no reset");
+        assert!(!statements_goal(&compared, "w").met, "3× a call");
+        let per_write = PerWrite::of(&compared, 1_000, 1_000).expect("writes in both");
+        assert!((per_write.ms_before - 0.110).abs() < 1e-9, "{per_write:?}");
+        assert!((per_write.ms_pinned - 0.130).abs() < 1e-9, "{per_write:?}");
+        assert!(per_write.goal("w").met, "1.18× a write");
+        // Half the writes while pinned for the same time: twice the cost of each.
+        let per_write = PerWrite::of(&compared, 1_000, 500).expect("writes in both");
+        assert!(!per_write.goal("w").met, "{per_write:?}");
+        assert_eq!(PerWrite::of(&compared, 1_000, 0), None);
+    }
+
+    #[test]
+    fn writes_between_reads_the_last_sample_at_or_before_each_instant() {
+        let samples = [sample(0.5, 40), sample(1.5, 150), sample(2.5, 260)];
+        assert_eq!(writes_between(&samples, 1.5, 2.9), Some(110));
+        assert_eq!(writes_between(&samples, 1.0, 2.0), Some(110));
+        // Writes start at the origin, a moment before the first sample.
+        assert_eq!(writes_between(&samples, 0.0, 2.0), Some(150));
+        assert_eq!(writes_between(&samples, 0.2, 2.0), None);
+        assert_eq!(writes_between(&[], 0.0, 2.0), None);
     }
 }
