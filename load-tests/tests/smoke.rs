@@ -480,8 +480,26 @@ fn a_soak_with_the_xmin_horizon_pinned_reports_the_pinned_window() {
         "{}",
         report["goals"]
     );
+    let per_write = &pin["per_write"];
+    assert!(
+        per_write["writes_before"].as_i64().is_some_and(|n| n > 0)
+            && per_write["writes_pinned"].as_i64().is_some_and(|n| n > 0)
+            && per_write["ms_pinned"].as_f64().is_some_and(|ms| ms > 0.0),
+        "no time per write compared: {pin}"
+    );
+    assert!(
+        goals.iter().any(|g| g["name"].as_str().is_some_and(|n| {
+            n.starts_with("framework statements' time per committed write while xmin pinned")
+        })),
+        "{}",
+        report["goals"]
+    );
     let summary = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
     assert!(summary.contains("## xmin pinned"), "{summary}");
+    assert!(
+        summary.contains("the framework's statements per committed write"),
+        "{summary}"
+    );
     assert!(summary.contains("| outbox |"), "{summary}");
     let _ = std::fs::remove_dir_all(out);
 }

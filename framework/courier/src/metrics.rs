@@ -196,12 +196,37 @@ fn install_recorder(
     match installed {
         Ok(handle) => {
             register_all();
+            spawn_upkeep(handle.clone());
             Some(handle)
         }
         Err(e) => {
             tracing::warn!(error = %e, "no metrics recorder for /metrics");
             None
         }
+    }
+}
+
+/// How often the recorder's histograms are folded into their buckets.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The name of the thread that does it (tests look for it).
+pub const UPKEEP_THREAD: &str = "courier-metrics";
+
+/// Runs the recorder's upkeep for the life of the process. A recorder installed without the
+/// exporter's own HTTP listener keeps every histogram sample until upkeep or a scrape folds
+/// it into the buckets: a service nothing scrapes (a Cloud Run revision without a collector,
+/// a scrape config that lost its target) grew by every claim, publish and projection it
+/// timed. A thread of its own, not a task: the recorder is installed from whichever runtime,
+/// or none, comes first.
+fn spawn_upkeep(handle: metrics_exporter_prometheus::PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name(UPKEEP_THREAD.into())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            handle.run_upkeep();
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no metrics upkeep thread: histograms grow until scraped");
     }
 }
 
@@ -240,5 +265,37 @@ pub fn register_all() {
         RECEIVER_OUTSTANDING_MESSAGES,
     ] {
         metrics::gauge!(name).increment(0.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names of this process's threads (Linux).
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+                    .map(|name| name.trim().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_services_recorder_runs_its_upkeep() {
+        prometheus_handle().expect("no other recorder in this test binary");
+        // A new thread carries its parent's name until it names itself.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !thread_names().iter().any(|name| name == UPKEEP_THREAD) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {UPKEEP_THREAD} thread among {:?}",
+                thread_names()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
