@@ -569,7 +569,7 @@ pub fn statements_goal(statements: &[PinnedStatement], label: &str) -> Goal {
 /// The framework's PostgreSQL time per committed write before and while pinned: P9 promises
 /// the same cost per event. It weighs each statement by how often a write makes it run, which
 /// a mean per call does not: a statement that runs once a second per shard (the claim's floor
-/// look) can double its mean and still add a microsecond a write.
+/// look) can double its mean and add a few hundredths of a millisecond a write.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct PerWrite {
     pub writes_before: i64,
