@@ -54,7 +54,8 @@ pub struct PinArgs {
     /// Pin PostgreSQL's xmin horizon this many seconds after the writes start (after the
     /// probe, if any): a transaction of the harness's takes a repeatable-read snapshot and
     /// stays open, idle, until the run ends (or --pin-xmin-for passes). The report compares
-    /// each framework statement's mean time before and while pinned.
+    /// each framework statement's mean time before and while pinned, and all of them together
+    /// per committed write.
     #[arg(long, value_name = "SECS")]
     pub pin_xmin_at: Option<f64>,
     /// Release the pin this many seconds after it started, not at the end of the run.
