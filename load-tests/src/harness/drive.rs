@@ -220,6 +220,23 @@ pub struct Sample {
     pub processes: Vec<(String, ProcessReading)>,
 }
 
+#[cfg(test)]
+impl Sample {
+    /// A sample of `written` committed and `applied` effects at `t`, nothing else read.
+    pub fn for_test(t: f64, written: i64, applied: i64) -> Self {
+        Self {
+            t,
+            written,
+            outbox_pending: Some(0),
+            applied,
+            window_p99_ms: None,
+            outbox_dead_tuples: None,
+            oldest_snapshot_secs: None,
+            processes: Vec::new(),
+        }
+    }
+}
+
 /// One `write_and_drain`'s writes: when they ran, seconds from the origin, and how many
 /// committed.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -679,25 +696,12 @@ pub fn first_and_last_share(
 mod tests {
     use super::*;
 
-    fn sample(t: f64, written: i64, applied: i64) -> Sample {
-        Sample {
-            t,
-            written,
-            outbox_pending: Some(0),
-            applied,
-            window_p99_ms: None,
-            outbox_dead_tuples: None,
-            oldest_snapshot_secs: None,
-            processes: Vec::new(),
-        }
-    }
-
     #[test]
     fn rates_are_deltas_over_time_between_samples() {
         let samples = [
-            sample(0.0, 0, 0),
-            sample(0.5, 500, 100),
-            sample(1.5, 1_500, 1_100),
+            Sample::for_test(0.0, 0, 0),
+            Sample::for_test(0.5, 500, 100),
+            Sample::for_test(1.5, 1_500, 1_100),
         ];
         assert_eq!(
             rates(&samples, |s| s.written),

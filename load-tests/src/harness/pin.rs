@@ -461,6 +461,18 @@ pub struct PinnedStatement {
     pub judged: bool,
 }
 
+impl PinnedStatement {
+    /// Its execution time summed over the calls before the pin, milliseconds.
+    pub fn ms_before(&self) -> f64 {
+        self.mean_ms_before.unwrap_or(0.0) * self.calls_before as f64
+    }
+
+    /// Its execution time summed over the calls while pinned, milliseconds.
+    pub fn ms_pinned(&self) -> f64 {
+        self.mean_ms_pinned.unwrap_or(0.0) * self.calls_pinned as f64
+    }
+}
+
 /// Each statement's calls and mean before (`start − baseline`) and while pinned (`end −
 /// start`), the framework's first, each group by its time while pinned; statements of no one
 /// and statements not called in either window are left out. `Err` when a count went back (a
@@ -530,11 +542,10 @@ pub fn compare(
              while pinned"
         ));
     }
-    let pinned_ms = |s: &PinnedStatement| s.mean_ms_pinned.unwrap_or(0.0) * s.calls_pinned as f64;
     out.sort_by(|a, b| {
         (a.owner != Owner::Framework)
             .cmp(&(b.owner != Owner::Framework))
-            .then(pinned_ms(b).total_cmp(&pinned_ms(a)))
+            .then(b.ms_pinned().total_cmp(&a.ms_pinned()))
     });
     Ok(out)
 }
@@ -591,21 +602,14 @@ impl PerWrite {
         if writes_before <= 0 || writes_pinned <= 0 {
             return None;
         }
-        let total = |mean: fn(&PinnedStatement) -> (Option<f64>, i64)| {
-            statements
-                .iter()
-                .filter(|s| s.owner == Owner::Framework)
-                .map(|s| {
-                    let (mean, calls) = mean(s);
-                    mean.unwrap_or(0.0) * calls as f64
-                })
-                .sum::<f64>()
-        };
+        let framework = || statements.iter().filter(|s| s.owner == Owner::Framework);
         Some(Self {
             writes_before,
             writes_pinned,
-            ms_before: total(|s| (s.mean_ms_before, s.calls_before)) / writes_before as f64,
-            ms_pinned: total(|s| (s.mean_ms_pinned, s.calls_pinned)) / writes_pinned as f64,
+            ms_before: framework().map(PinnedStatement::ms_before).sum::<f64>()
+                / writes_before as f64,
+            ms_pinned: framework().map(PinnedStatement::ms_pinned).sum::<f64>()
+                / writes_pinned as f64,
         })
     }
 
@@ -1213,19 +1217,6 @@ mod tests {
         assert!(md.contains("| outbox | 5 | 5000 | 10 | 20 |"), "{md}");
     }
 
-    fn sample(t: f64, written: i64) -> Sample {
-        Sample {
-            t,
-            written,
-            outbox_pending: None,
-            applied: 0,
-            window_p99_ms: None,
-            outbox_dead_tuples: None,
-            oldest_snapshot_secs: None,
-            processes: Vec::new(),
-        }
-    }
-
     #[test]
     fn time_per_write_weighs_each_statement_by_its_calls() {
         let floor = "SELECT min(seq) FROM courier.outbox WHERE shard = $1";
@@ -1247,6 +1238,7 @@ mod tests {
 
     #[test]
     fn writes_between_reads_the_last_sample_at_or_before_each_instant() {
+        let sample = |t, written| Sample::for_test(t, written, 0);
         let samples = [sample(0.5, 40), sample(1.5, 150), sample(2.5, 260)];
         assert_eq!(writes_between(&samples, 1.5, 2.9), Some(110));
         assert_eq!(writes_between(&samples, 1.0, 2.0), Some(110));
