@@ -20,7 +20,9 @@ pub use crate::horizon::{
 pub use crate::inbound::dead_letter::{read_kept, revived, DeadLetters, KeptDeadLetter};
 pub use crate::inbound::dead_letter_log::{DeadLetterLog, OpenDeadLetters};
 pub use crate::inbound::offsets::Position;
-pub use crate::inbound::parked::{KeyVersions, ParkedKey, Release, ReleaseError, Released};
+pub use crate::inbound::parked::{
+    KeyMove, KeyVersions, ParkedKey, Release, ReleaseError, Released,
+};
 pub use crate::outbox::operator::{
     ActedOn, Audit, DeadRow, DeadSelection, OutboxOperator, ShardStats,
 };

@@ -5,8 +5,8 @@
 //! after the pin began. A row rewritten in place keeps every old version while pinned (a chain
 //! the read follows to its end, and once its page fills, index entries too).
 
-use chrono::Utc;
-use courier::operations::KeyVersions;
+use chrono::{DateTime, Utc};
+use courier::operations::{KeyMove, KeyVersions};
 use courier_testkit::{generic_plan, wait_until, TestDb};
 use std::time::Duration;
 
@@ -37,7 +37,8 @@ async fn advance_all(
 ) -> anyhow::Result<()> {
     let mut conn = db.pool.get().await?;
     let tx = conn.transaction().await?;
-    let stored = versions.stored(&tx, GROUP, keys).await?;
+    let expected: Vec<(&str, i64)> = keys.iter().map(|k| (*k, version - 1)).collect();
+    let stored = versions.stored(&tx, GROUP, &expected).await?;
     for key in keys {
         let stands_at = stored.get(*key).copied().unwrap_or(0);
         anyhow::ensure!(
@@ -47,7 +48,10 @@ async fn advance_all(
         );
     }
     let now = Utc::now();
-    let moves: Vec<(&str, i64, _)> = keys.iter().map(|k| (*k, version, now)).collect();
+    let moves: Vec<KeyMove> = keys
+        .iter()
+        .map(|key| moved(key, version - 1, version, now))
+        .collect();
     versions.advance(&tx, GROUP, &moves).await?;
     tx.commit().await?;
     Ok(())
@@ -122,7 +126,7 @@ async fn a_second_transaction_of_a_key_waits_and_reads_what_the_first_committed(
     let mut first_conn = db.pool.get().await?;
     let first = first_conn.transaction().await?;
     assert_eq!(
-        versions.stored(&first, GROUP, &["video-1"]).await?["video-1"],
+        versions.stored(&first, GROUP, &[("video-1", 1)]).await?["video-1"],
         1
     );
     let pid_row = first.query_one("SELECT pg_backend_pid()", &[]).await?;
@@ -133,7 +137,9 @@ async fn a_second_transaction_of_a_key_waits_and_reads_what_the_first_committed(
         async move {
             let mut conn = pool.get().await?;
             let tx = conn.transaction().await?;
-            let stored = versions.stored(&tx, GROUP, &["video-1", "video-2"]).await?;
+            let stored = versions
+                .stored(&tx, GROUP, &[("video-1", 1), ("video-2", 0)])
+                .await?;
             tx.commit().await?;
             anyhow::Ok(stored)
         }
@@ -156,7 +162,7 @@ async fn a_second_transaction_of_a_key_waits_and_reads_what_the_first_committed(
         "the second read did not wait for the first"
     );
     versions
-        .advance(&first, GROUP, &[("video-1", 2, Utc::now())])
+        .advance(&first, GROUP, &[moved("video-1", 1, 2, Utc::now())])
         .await?;
     first.commit().await?;
     let stored = second.await??;
@@ -178,9 +184,12 @@ async fn a_move_never_goes_back_and_keeps_the_keys_first_publish_time() -> anyho
     let mut conn = db.pool.get().await?;
     for (version, at) in [(3, first), (5, later), (4, later), (5, later)] {
         let tx = conn.transaction().await?;
-        versions.stored(&tx, GROUP, &["video-1"]).await?;
+        let stands_at = versions
+            .stored(&tx, GROUP, &[("video-1", version - 1)])
+            .await?;
+        let from = stands_at.get("video-1").copied().unwrap_or(0);
         versions
-            .advance(&tx, GROUP, &[("video-1", version, at)])
+            .advance(&tx, GROUP, &[moved("video-1", from, version, at)])
             .await?;
         tx.commit().await?;
     }
@@ -201,6 +210,54 @@ async fn a_move_never_goes_back_and_keeps_the_keys_first_publish_time() -> anyho
         (5, first, 1),
         "one entry, at the highest version, with the key's first publish time"
     );
+    Ok(())
+}
+
+/// The version a key is expected at is where its reads and moves look first, never what they
+/// answer: from below, at, or above the key's newest entry (a redelivery, in order, a gap or
+/// a rolled-back move), with entries dead behind a pin or not, each finds the newest.
+#[tokio::test]
+async fn reads_and_moves_find_a_keys_newest_version_from_any_expected_version() -> anyhow::Result<()>
+{
+    let db = TestDb::new().await?;
+    let versions = KeyVersions::new("courier");
+    for version in 1..=5 {
+        advance_all(&db, &versions, &["video-1"], version).await?;
+    }
+    let pin = db.pin_snapshot().await?;
+    for version in 6..=9 {
+        advance_all(&db, &versions, &["video-1"], version).await?;
+    }
+    let mut conn = db.pool.get().await?;
+    for expected in [0, 1, 5, 8, 9, 10, 1_000] {
+        let tx = conn.transaction().await?;
+        let stored = versions
+            .stored(&tx, GROUP, &[("video-1", expected), ("video-2", expected)])
+            .await?;
+        assert_eq!(
+            (stored.get("video-1"), stored.get("video-2")),
+            (Some(&9), None),
+            "read expecting version {expected}"
+        );
+    }
+    // A move told the wrong version still replaces the key's newest entry: one stays.
+    for (from, to) in [(0, 10), (3, 11), (11, 12), (40, 13)] {
+        let tx = conn.transaction().await?;
+        versions.stored(&tx, GROUP, &[("video-1", from)]).await?;
+        versions
+            .advance(&tx, GROUP, &[moved("video-1", from, to, Utc::now())])
+            .await?;
+        tx.commit().await?;
+    }
+    pin.batch_execute("COMMIT").await?;
+    let entries = conn
+        .query(
+            "SELECT version FROM courier.projection_version_log WHERE routing_key = 'video-1'",
+            &[],
+        )
+        .await?;
+    let entries: Vec<i64> = entries.iter().map(|r| r.get(0)).collect();
+    assert_eq!(entries, [13], "the key's one entry, at its last move");
     Ok(())
 }
 
@@ -225,11 +282,11 @@ async fn the_migration_to_the_log_keeps_every_keys_version() -> anyhow::Result<(
     let mut conn = db.pool.get().await?;
     let tx = conn.transaction().await?;
     let g = versions
-        .stored(&tx, "g", &["video-1", "video-2", "video-3"])
+        .stored(&tx, "g", &[("video-1", 6), ("video-2", 4), ("video-3", 2)])
         .await?;
-    let h = versions.stored(&tx, "h", &["video-1"]).await?;
+    let h = versions.stored(&tx, "h", &[("video-1", 0)]).await?;
     versions
-        .advance(&tx, "g", &[("video-1", 8, Utc::now())])
+        .advance(&tx, "g", &[moved("video-1", 7, 8, Utc::now())])
         .await?;
     tx.commit().await?;
     assert_eq!(
@@ -285,8 +342,8 @@ async fn the_reads_and_moves_are_planned_through_the_index() -> anyhow::Result<(
                 generic_plan(
                     &client,
                     &sql(include_str!("../src/inbound/queries/key_versions.sql")),
-                    "text, text[]",
-                    &format!("'{GROUP}', {keys}"),
+                    "text, text[], bigint[]",
+                    &format!("'{GROUP}', {keys}, ARRAY[1, 1]::bigint[]"),
                 )
                 .await?,
             ),
@@ -297,20 +354,47 @@ async fn the_reads_and_moves_are_planned_through_the_index() -> anyhow::Result<(
                     &sql(include_str!(
                         "../src/inbound/queries/advance_key_version.sql"
                     )),
-                    "text, text[], bigint[], timestamptz[]",
-                    &format!("'{GROUP}', {keys}, ARRAY[2, 2]::bigint[], ARRAY[now(), now()]"),
+                    "text, text[], bigint[], timestamptz[], bigint[]",
+                    &format!(
+                        "'{GROUP}', {keys}, ARRAY[2, 2]::bigint[], ARRAY[now(), now()], \
+                         ARRAY[1, 1]::bigint[]"
+                    ),
                 )
                 .await?,
             ),
         ];
-        for (name, plan) in plans {
+        for (name, plan) in &plans {
             assert!(
                 !plan.contains("Seq Scan"),
                 "{name} on a {log} log reads the whole table:\n{plan}"
             );
         }
+        // The first look at a key stops at the version it was read or expected at: below it
+        // lie the dead entries a pinned horizon keeps (key_versions.sql).
+        for (name, plan, bound) in [
+            ("key_versions.sql", &plans[1].1, "version >= k.expected"),
+            (
+                "advance_key_version.sql",
+                &plans[2].1,
+                "version >= k.read_at",
+            ),
+        ] {
+            assert!(
+                plan.contains(&format!("Index Cond: ((consumer_group = $1) AND (routing_key = k.routing_key) AND ({bound}))")),
+                "{name} on a {log} log does not bound its first look at a key:\n{plan}"
+            );
+        }
     }
     Ok(())
+}
+
+fn moved<'a>(key: &'a str, from: i64, to: i64, first_publish_time: DateTime<Utc>) -> KeyMove<'a> {
+    KeyMove {
+        key,
+        from,
+        to,
+        first_publish_time,
+    }
 }
 
 /// A query file as the store renders it for schema `courier`.

@@ -66,6 +66,19 @@ pub enum ReleaseError {
     Republish { topic: String, reason: String },
 }
 
+/// One key's move in a projection transaction ([`KeyVersions::advance`]).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyMove<'a> {
+    pub key: &'a str,
+    /// The version the transaction read the key at (0: none, or not read): the move looks for
+    /// the entry it replaces from there up first.
+    pub from: i64,
+    /// Never backwards: a move to a version at or below the key's is no move.
+    pub to: i64,
+    /// The publish time of the event that starts the key, kept if this is its first move.
+    pub first_publish_time: DateTime<Utc>,
+}
+
 #[derive(Debug, Clone)]
 pub struct KeyVersions {
     schema: String,
@@ -93,13 +106,15 @@ impl KeyVersions {
     }
 
     /// The versions `keys` stand at (absent: nothing applied yet), locked until `tx` ends.
-    /// The lock and the read are two statements (the read must see what the lock waited
-    /// for), sent together: one round trip.
+    /// Each key comes with the version it is expected at: the read looks from there up first
+    /// and passes none of the entries a pinned horizon keeps below (key_versions.sql); a key
+    /// elsewhere is still read right, by a second look. The lock and the read are two
+    /// statements (the read must see what the lock waited for), sent together: one round trip.
     pub async fn stored(
         &self,
         tx: &PgTransaction<'_>,
         group: &str,
-        keys: &[&str],
+        keys: &[(&str, i64)],
     ) -> Result<HashMap<String, i64>, DbError> {
         let context = || {
             format!(
@@ -115,9 +130,15 @@ impl KeyVersions {
             .prepared(&self.stored)
             .await
             .map_err(DbError::query(context()))?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&group, &keys];
-        let (_, rows) = futures::try_join!(tx.query_one(&lock, &params), tx.query(&read, &params))
-            .map_err(DbError::query(context()))?;
+        let (names, expected): (Vec<&str>, Vec<i64>) = keys.iter().copied().unzip();
+        let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&group, &names];
+        let read_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&group, &names, &expected];
+        let (_, rows) = futures::try_join!(
+            tx.query_one(&lock, &lock_params),
+            tx.query(&read, &read_params)
+        )
+        .map_err(DbError::query(context()))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
@@ -139,23 +160,23 @@ impl KeyVersions {
         Ok(())
     }
 
-    /// Moves each key to its version in `tx`: (key, version, publish time of the event that
-    /// starts the key if this is its first advance). The caller holds the keys' locks.
+    /// Moves each key to its version in `tx`. The caller holds the keys' locks.
     pub async fn advance(
         &self,
         tx: &PgTransaction<'_>,
         group: &str,
-        moves: &[(&str, i64, DateTime<Utc>)],
+        moves: &[KeyMove<'_>],
     ) -> Result<(), DbError> {
         let context = || format!("advance {} key(s) of group {group}", moves.len());
         let statement = tx
             .prepared(&self.advance)
             .await
             .map_err(DbError::query(context()))?;
-        let keys: Vec<&str> = moves.iter().map(|m| m.0).collect();
-        let versions: Vec<i64> = moves.iter().map(|m| m.1).collect();
-        let times: Vec<DateTime<Utc>> = moves.iter().map(|m| m.2).collect();
-        tx.execute(&statement, &[&group, &keys, &versions, &times])
+        let keys: Vec<&str> = moves.iter().map(|m| m.key).collect();
+        let versions: Vec<i64> = moves.iter().map(|m| m.to).collect();
+        let times: Vec<DateTime<Utc>> = moves.iter().map(|m| m.first_publish_time).collect();
+        let read_at: Vec<i64> = moves.iter().map(|m| m.from).collect();
+        tx.execute(&statement, &[&group, &keys, &versions, &times, &read_at])
             .await
             .map_err(DbError::query(context()))?;
         Ok(())
@@ -308,8 +329,13 @@ impl KeyVersions {
             .await
             .map_err(DbError::query(&context))?;
         if let Some(skip) = release.skip_to {
-            self.advance(&tx, group, &[(key.as_str(), skip - 1, Utc::now())])
-                .await?;
+            let skip = KeyMove {
+                key,
+                from: 0,
+                to: skip - 1,
+                first_publish_time: Utc::now(),
+            };
+            self.advance(&tx, group, &[skip]).await?;
         }
         let audit_id: i64 = tx
             .query_one(

@@ -9,6 +9,7 @@ use crate::backoff::Backoff;
 use crate::db::{DbError, PgConnection, PgTransaction};
 use crate::inbound::delivery::{Delivery, EventMeta};
 use crate::inbound::offsets::Position;
+use crate::inbound::parked::KeyMove;
 use crate::inbound::parts::ConsumerParts;
 use crate::inbound::projection::{HandlerError, Projection};
 use crate::metrics as m;
@@ -440,7 +441,16 @@ async fn transact<P: Projection>(
     // kept back, or parked.
     let candidates: Vec<Vec<usize>> = if parts.projection.contiguous_versions() {
         let keys: Vec<&str> = groups.iter().map(|g| g[0].meta.routing_key()).collect();
-        let stored = parts.versions.stored(&tx, group_name, &keys).await?;
+        // Where each key stands if its events come in order: just below the lowest.
+        let expected: Vec<(&str, i64)> = groups
+            .iter()
+            .zip(&keys)
+            .map(|(group, key)| {
+                let lowest = group.iter().map(|d| d.meta.version).min().unwrap_or(1);
+                (*key, (lowest - 1).max(0))
+            })
+            .collect();
+        let stored = parts.versions.stored(&tx, group_name, &expected).await?;
         let mut moves = Vec::new();
         let mut candidates = Vec::with_capacity(groups.len());
         for (g, group) in groups.iter().enumerate() {
@@ -452,13 +462,15 @@ async fn transact<P: Projection>(
                     (d.meta.version, whole)
                 })
                 .collect();
-            let plan = plan_contiguous(&events, stored.get(key).copied().unwrap_or(0));
+            let stands_at = stored.get(key).copied().unwrap_or(0);
+            let plan = plan_contiguous(&events, stands_at);
             if let (Some(first), Some(last)) = (plan.apply.first(), plan.apply.last()) {
-                moves.push((
+                moves.push(KeyMove {
                     key,
-                    group[*last].meta.version,
-                    group[*first].meta.publish_time,
-                ));
+                    from: stands_at,
+                    to: group[*last].meta.version,
+                    first_publish_time: group[*first].meta.publish_time,
+                });
             }
             if !plan.gap.is_empty() {
                 if parts.versions.is_parked(&tx, group_name, key).await? {
