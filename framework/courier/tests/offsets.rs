@@ -101,7 +101,21 @@ async fn a_save_that_moves_nothing_does_not_wait_for_a_transaction_moving_the_la
 
 /// The store's statements as it runs them, schema `courier`.
 fn save_sql() -> String {
-    include_str!("../src/inbound/queries/save_offset.sql").replace("{schema}", "courier")
+    with_newest(
+        include_str!("../src/inbound/queries/save_offset.sql"),
+        "$8::bigint",
+        "$9::timestamptz",
+    )
+}
+
+/// `sql` with the lane's newest entry looked for from position (`reset`, `time`).
+fn with_newest(sql: &str, reset: &str, time: &str) -> String {
+    let newest = include_str!("../src/inbound/queries/lane_newest.sql")
+        .trim_end()
+        .replace("{reset}", reset)
+        .replace("{time}", time);
+    sql.replace("{schema}", "courier")
+        .replace("{newest}", &newest.replace("{schema}", "courier"))
 }
 
 fn load_sql() -> String {
@@ -112,7 +126,11 @@ fn load_sql() -> String {
 }
 
 fn prune_sql() -> String {
-    include_str!("../src/inbound/queries/prune_offsets.sql").replace("{schema}", "courier")
+    with_newest(
+        include_str!("../src/inbound/queries/prune_offsets.sql"),
+        "$5::bigint",
+        "$6::timestamptz",
+    )
 }
 
 /// A save of `routing_key`'s lane in a transaction of its own on `conn`.
@@ -151,6 +169,7 @@ fn buffers(explained: &serde_json::Value) -> i64 {
 
 /// Buffers one save of each lane costs through `conn`'s prepared save statement, its plan as
 /// the store plans it (sequential scans off), each save rolled back; and buffers of a load.
+/// The saves have seen the lane nowhere: each reads the whole lane, as a store's first does.
 async fn cost_of_a_save_and_a_load(
     conn: &mut courier::db::PgConnection,
     lanes: i32,
@@ -171,7 +190,7 @@ async fn cost_of_a_save_and_a_load(
             .query_one(
                 &format!(
                     "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) \
-                     EXECUTE {name}('{GROUP}', {lane}, 'sub', 'probe', '{}', 0, 'test')",
+                     EXECUTE {name}('{GROUP}', {lane}, 'sub', 'probe', '{}', 0, 'test', NULL, NULL)",
                     publish_time.to_rfc3339()
                 ),
                 &[],
@@ -261,6 +280,41 @@ async fn a_save_costs_the_same_while_a_snapshot_pins_the_horizon() -> anyhow::Re
         Some(format!("m{SAVES}").as_str())
     );
     assert_eq!(offset.lanes, i64::from(LANES));
+    Ok(())
+}
+
+/// Where a store last saw a lane's newest entry decides only where its next save looks first:
+/// a newer entry another process saved and one seen in a transaction that rolled back, before
+/// a reset and after it, are read right.
+#[tokio::test]
+async fn a_save_finds_the_lanes_newest_entry_wherever_its_store_last_saw_it() -> anyhow::Result<()>
+{
+    let db = TestDb::new().await?;
+    let (ours, theirs) = (store(), store());
+    let t = Utc::now() - TimeDelta::minutes(10);
+    let at = |seconds| t + TimeDelta::seconds(seconds);
+    saved_in_own_tx(&db, &ours, "m2", at(2)).await?;
+    // Another process moved the lane past what this store saw: an older save moves nothing.
+    saved_in_own_tx(&db, &theirs, "m4", at(4)).await?;
+    saved_in_own_tx(&db, &ours, "m3", at(3)).await?;
+    assert_eq!(message_id(&db, &ours).await?.as_deref(), Some("m4"));
+    // This store saw m9 in a transaction that rolled back: the lane stands at m4, m5 moves it.
+    let mut conn = db.pool.get().await?;
+    let tx = conn.transaction().await?;
+    save(&ours, &tx, "m9", at(9)).await?;
+    tx.rollback().await?;
+    saved_in_own_tx(&db, &ours, "m5", at(5)).await?;
+    assert_eq!(message_id(&db, &ours).await?.as_deref(), Some("m5"));
+    saved_in_own_tx(&db, &ours, "m1", at(1)).await?;
+    assert_eq!(message_id(&db, &ours).await?.as_deref(), Some("m5"));
+    // The same after a reset: the lane moves on under the reset's id, or it would rank below.
+    ours.reset(&db.pool, GROUP, "sub", at(4), "test", "replay")
+        .await?;
+    let tx = conn.transaction().await?;
+    save(&ours, &tx, "m9", at(9)).await?;
+    tx.rollback().await?;
+    saved_in_own_tx(&db, &ours, "m7", at(7)).await?;
+    assert_eq!(message_id(&db, &ours).await?.as_deref(), Some("m7"));
     Ok(())
 }
 
@@ -451,8 +505,8 @@ async fn the_save_and_the_prune_are_planned_through_the_index() -> anyhow::Resul
                 generic_plan(
                     &tx,
                     &save_sql(),
-                    "text, int, text, text, timestamptz, bigint, text",
-                    &format!("'{GROUP}', 0, 'sub', 'm', {probe_time}, 0, 'test'"),
+                    "text, int, text, text, timestamptz, bigint, text, bigint, timestamptz",
+                    &format!("'{GROUP}', 0, 'sub', 'm', {probe_time}, 0, 'test', 0, {probe_time}"),
                 )
                 .await?,
             ),
@@ -461,17 +515,29 @@ async fn the_save_and_the_prune_are_planned_through_the_index() -> anyhow::Resul
                 generic_plan(
                     &tx,
                     &prune_sql(),
-                    "text, int, bigint, timestamptz",
-                    &format!("'{GROUP}', 0, 0, {probe_time}"),
+                    "text, int, bigint, timestamptz, bigint, timestamptz",
+                    &format!("'{GROUP}', 0, 0, {probe_time}, 0, {probe_time}"),
                 )
                 .await?,
             ),
         ];
         tx.rollback().await?;
-        for (name, plan) in plans {
+        for (name, plan) in &plans {
             assert!(
                 !plan.contains("Seq Scan"),
                 "{name} on a {log} log reads the whole table:\n{plan}"
+            );
+        }
+        // The lane's newest entry is looked for from where the store saw it first: below lie
+        // the dead entries a pinned horizon keeps (lane_newest.sql).
+        for ((name, plan), (reset, time)) in plans.iter().zip([("$8", "$9"), ("$5", "$6")]) {
+            let bounded = format!(
+                "Index Cond: ((consumer_group = $1) AND (lane = $2) AND (reset_id = {reset}) \
+                 AND (publish_time >= {time}))"
+            );
+            assert!(
+                plan.contains(&bounded),
+                "{name} on a {log} log does not bound its look for the lane's newest:\n{plan}"
             );
         }
     }

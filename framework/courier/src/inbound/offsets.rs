@@ -2,10 +2,10 @@
 //! loaded for operators, and reset (audited) to replay from a point in time with a Seek.
 //!
 //! A lane's position is the newest of its entries in `consumer_offset_log`: a save that moves
-//! the lane appends an entry instead of rewriting a row, and every reader meets the newest
-//! entry first, so no statement's cost grows with the dead entries a long transaction keeps
-//! (P9; 0018_append_offsets.sql). The saves themselves prune a lane's older entries, a range
-//! at a time.
+//! the lane appends an entry instead of rewriting a row, and reads the lane from the newest
+//! entry its store saw up (queries/lane_newest.sql), so no statement's cost grows with the
+//! dead entries a long transaction keeps (P9; 0018_append_offsets.sql). The saves themselves
+//! prune a lane's older entries, a range at a time.
 
 use crate::db::{render, DbError, PgPool, PgTransaction};
 use crate::outbox::shard_of;
@@ -33,10 +33,43 @@ type LogPosition = (i64, DateTime<Utc>);
 struct LaneLog {
     /// Entries appended through this store since it last pruned the lane.
     appended: u32,
+    /// The newest entry this store appended or a prune kept: where the next save and prune
+    /// look for the lane's newest entry first (lane_newest.sql).
+    newest_seen: Option<LogPosition>,
     /// The newest entries the last two prunes kept, newer first. A prune starts from the
     /// older one: the range of a prune whose transaction rolled back is covered again, and
     /// what a pin keeps further down is not walked again. None: from the lane's start.
     kept: [Option<LogPosition>; 2],
+}
+
+impl LaneLog {
+    /// Counts an entry this store appended; when the lane is due for a prune, returns where
+    /// the prune starts.
+    fn appended_to(&mut self, entry: LogPosition) -> Option<Option<LogPosition>> {
+        self.saw(entry);
+        self.appended += 1;
+        if self.appended < PRUNE_EVERY {
+            return None;
+        }
+        self.appended = 0;
+        Some(self.kept[1])
+    }
+
+    /// A prune kept `newest`, the lane's newest entry.
+    fn pruned_below(&mut self, newest: LogPosition) {
+        self.saw(newest);
+        if self.kept[0].is_none_or(|kept| kept < newest) {
+            self.kept = [Some(newest), self.kept[0]];
+        }
+    }
+
+    /// Entries move forward; one seen in a transaction that rolled back only makes the next
+    /// look at the lane read it whole, until a later one passes it.
+    fn saw(&mut self, entry: LogPosition) {
+        if self.newest_seen.is_none_or(|seen| seen < entry) {
+            self.newest_seen = Some(entry);
+        }
+    }
 }
 
 /// Where a consumer group is.
@@ -83,7 +116,8 @@ pub struct OffsetStore {
     groups: String,
     message_time: String,
     reset: String,
-    /// Per consumer group, per lane: appends since the lane's last prune, and where it was.
+    /// Per consumer group, per lane: appends since the lane's last prune, where it was, and
+    /// the newest entry seen.
     logs: Arc<Mutex<HashMap<String, Vec<LaneLog>>>>,
 }
 
@@ -92,11 +126,28 @@ impl OffsetStore {
         let positions = render(include_str!("queries/lane_positions.sql"), schema);
         let with_positions =
             |sql: &str| render(sql, schema).replace("{positions}", positions.trim_end());
+        let newest = render(include_str!("queries/lane_newest.sql"), schema);
+        // The statement's own parameters for the position last seen (typed: it may be NULL).
+        let with_newest = |sql: &str, reset: &str, time: &str| {
+            let newest = newest
+                .trim_end()
+                .replace("{reset}", reset)
+                .replace("{time}", time);
+            render(sql, schema).replace("{newest}", &newest)
+        };
         Self {
             schema: schema.into(),
             lanes,
-            save: render(include_str!("queries/save_offset.sql"), schema),
-            prune: render(include_str!("queries/prune_offsets.sql"), schema),
+            save: with_newest(
+                include_str!("queries/save_offset.sql"),
+                "$8::bigint",
+                "$9::timestamptz",
+            ),
+            prune: with_newest(
+                include_str!("queries/prune_offsets.sql"),
+                "$5::bigint",
+                "$6::timestamptz",
+            ),
             load: with_positions(include_str!("queries/load_offset.sql")),
             groups: render(include_str!("queries/offset_groups.sql"), schema),
             message_time: with_positions(include_str!("queries/offset_of_message.sql")),
@@ -124,7 +175,8 @@ impl OffsetStore {
             .prepared(&self.save)
             .await
             .map_err(DbError::query(context()))?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        let (seen_reset, seen_time) = self.lane(group, lane, |log| log.newest_seen).unzip();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
             &group,
             &lane,
             &subscription,
@@ -132,24 +184,26 @@ impl OffsetStore {
             &position.publish_time,
             &lag_millis,
             &instance,
+            &seen_reset,
+            &seen_time,
         ];
         // `join!` polls in order: the SET goes out first, the save right behind it.
         let (planned, appended) = futures::join!(
             tx.batch_execute(PLAN_THROUGH_THE_INDEX),
-            tx.execute(&save, &params)
+            tx.query_opt(&save, &params)
         );
         planned.map_err(DbError::query(context()))?;
-        let appended = appended.map_err(DbError::query(context()))?;
-        if appended > 0 {
-            if let Some(from) = self.due_for_pruning(group, lane) {
+        if let Some(appended) = appended.map_err(DbError::query(context()))? {
+            let entry: LogPosition = (appended.get("reset_id"), appended.get("publish_time"));
+            if let Some(from) = self.lane(group, lane, |log| log.appended_to(entry)) {
                 self.prune(tx, group, lane, from).await?;
             }
         }
         Ok(lag_millis)
     }
 
-    /// Counts an append to `lane`; when the lane is due, returns where its prune starts.
-    fn due_for_pruning(&self, group: &str, lane: i32) -> Option<Option<LogPosition>> {
+    /// Runs `f` on what this store remembers of `lane` of `group`.
+    fn lane<R>(&self, group: &str, lane: i32, f: impl FnOnce(&mut LaneLog) -> R) -> R {
         let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
         let lanes = match logs.get_mut(group) {
             Some(lanes) => lanes,
@@ -159,13 +213,7 @@ impl OffsetStore {
         if lanes.len() <= index {
             lanes.resize(index + 1, LaneLog::default());
         }
-        let log = &mut lanes[index];
-        log.appended += 1;
-        if log.appended < PRUNE_EVERY {
-            return None;
-        }
-        log.appended = 0;
-        Some(log.kept[1])
+        f(&mut lanes[index])
     }
 
     /// Deletes `lane`'s entries below its newest one from `from` up, in `tx`.
@@ -182,21 +230,24 @@ impl OffsetStore {
             .await
             .map_err(DbError::query(context()))?;
         let (from_reset, from_time) = from.unzip();
+        let (seen_reset, seen_time) = self.lane(group, lane, |log| log.newest_seen).unzip();
         let row = tx
-            .query_opt(&prune, &[&group, &lane, &from_reset, &from_time])
+            .query_opt(
+                &prune,
+                &[
+                    &group,
+                    &lane,
+                    &from_reset,
+                    &from_time,
+                    &seen_reset,
+                    &seen_time,
+                ],
+            )
             .await
             .map_err(DbError::query(context()))?;
         let Some(row) = row else { return Ok(()) };
         let newest: LogPosition = (row.get("reset_id"), row.get("publish_time"));
-        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(log) = logs
-            .get_mut(group)
-            .and_then(|lanes| lanes.get_mut(usize::try_from(lane).unwrap_or(0)))
-        {
-            if log.kept[0].is_none_or(|kept| kept < newest) {
-                log.kept = [Some(newest), log.kept[0]];
-            }
-        }
+        self.lane(group, lane, |log| log.pruned_below(newest));
         Ok(())
     }
 

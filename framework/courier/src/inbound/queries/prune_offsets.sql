@@ -1,13 +1,11 @@
 -- Deletes the entries of lane $2 of group $1 below the lane's newest one, from ($3, $4) up
 -- (reset_id, publish time: where this process pruned before; NULL, NULL: from the start), and
--- returns the newest entry, which it keeps. Bounded below, so it does not walk again the dead
--- entries that earlier prunes left to a pinned horizon. SKIP LOCKED: two prunes of a lane
--- never wait for each other, and saves insert only, so nothing else locks these rows.
+-- returns the newest entry, which it keeps ($5, $6: where this store last saw it, as
+-- lane_newest.sql reads it). Bounded below, so it does not walk again the dead entries that
+-- earlier prunes left to a pinned horizon. SKIP LOCKED: two prunes of a lane never wait for
+-- each other, and saves insert only, so nothing else locks these rows.
 WITH newest AS (
-    SELECT reset_id, publish_time FROM {schema}.consumer_offset_log
-    WHERE consumer_group = $1 AND lane = $2
-    ORDER BY reset_id DESC, publish_time DESC
-    LIMIT 1
+{newest}
 ), pruned AS (
     DELETE FROM {schema}.consumer_offset_log
     WHERE consumer_group = $1 AND lane = $2
