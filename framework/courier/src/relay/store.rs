@@ -250,8 +250,12 @@ impl OutboxStore {
         Self {
             pool,
             claim: claim_statement(schema),
+            // The backlog gauges' floor look (relay/backlog.rs): no token, so rows in flight
+            // count. Wrapped, so pg_stat_statements keeps it apart from the claimers' looks
+            // (it identifies a statement by its parse tree: a comment alone would not).
             gauge_floor: format!(
-                "-- The backlog gauges' floor look (relay/backlog.rs): no token, rows in flight count.\n{claim_floor}"
+                "-- The backlog gauges' floor look (relay/backlog.rs).\nSELECT * FROM (\n{}\n) AS gauge_look",
+                claim_floor.trim_end()
             ),
             claim_floor,
             ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
