@@ -93,11 +93,20 @@ pub struct KeyVersions {
 
 impl KeyVersions {
     pub fn new(schema: &str) -> Self {
+        let newest = render(include_str!("queries/key_newest.sql"), schema);
+        // The read selects the version alone: an index-only scan.
+        let with_key_newest = |sql: &str, columns: &str| {
+            let newest = newest.trim_end().replace("{columns}", columns);
+            render(sql, schema).replace("{newest}", &newest)
+        };
         Self {
             schema: schema.into(),
             lock: render(include_str!("queries/lock_key_versions.sql"), schema),
-            stored: render(include_str!("queries/key_versions.sql"), schema),
-            advance: render(include_str!("queries/advance_key_version.sql"), schema),
+            stored: with_key_newest(include_str!("queries/key_versions.sql"), "l.version"),
+            advance: with_key_newest(
+                include_str!("queries/advance_key_version.sql"),
+                "l.ctid, l.version",
+            ),
             park_key: render(include_str!("queries/park_key.sql"), schema),
             park_events: render(include_str!("queries/park_events.sql"), schema),
             is_parked: render(include_str!("queries/key_is_parked.sql"), schema),

@@ -1,24 +1,15 @@
 -- Moves keys $2 of group $1 to versions $3, never backwards: appends each key's new entry and
--- deletes the one it replaces by its address (a key's newest, found as key_versions.sql finds
--- it: from $5, the version the transaction read the key at, up first), so no statement walks
+-- deletes the one it replaces by its address (a key's newest, found from $5, the version the
+-- transaction read the key at, up first: key_newest.sql), so no statement walks
 -- the dead entries a pinned horizon keeps. A key's first move writes its row, with $4: the
 -- publish time of the event that starts it. The caller holds the keys' locks
 -- (lock_key_versions.sql).
 WITH moves AS (
     SELECT k.routing_key, k.version, k.first_publish_time, cur.ctid AS replaced
     FROM unnest($2::text[], $3::bigint[], $4::timestamptz[], $5::bigint[])
-        AS k(routing_key, version, first_publish_time, read_at)
+        AS k(routing_key, version, first_publish_time, from_version)
     LEFT JOIN LATERAL (
-        (SELECT l.ctid, l.version FROM {schema}.projection_version_log l
-         WHERE l.consumer_group = $1 AND l.routing_key = k.routing_key AND l.version >= k.read_at
-         ORDER BY l.version DESC
-         LIMIT 1)
-        UNION ALL
-        (SELECT l.ctid, l.version FROM {schema}.projection_version_log l
-         WHERE k.read_at > 0 AND l.consumer_group = $1 AND l.routing_key = k.routing_key
-         ORDER BY l.version DESC
-         LIMIT 1)
-        LIMIT 1
+{newest}
     ) AS cur ON true
     WHERE cur.version IS NULL OR cur.version < k.version
 ), first_moves AS (
