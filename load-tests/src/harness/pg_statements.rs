@@ -54,10 +54,22 @@ pub struct StatementCount {
     pub total_ms: f64,
 }
 
+/// Every statement of the current database with its counts at an instant, and how often
+/// `pg_stat_statements` had evicted entries server-wide by then.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub counts: Vec<StatementCount>,
+    /// `pg_stat_statements_info.dealloc`: the passes that evicted the least-used entries because
+    /// the server saw more distinct statements than `pg_stat_statements.max` (every test
+    /// database's own statements count). An evicted statement starts again from zero. `None`
+    /// when not read (before PostgreSQL 14, or the launch's reset).
+    pub evictions: Option<i64>,
+}
+
 /// Every statement of the current database with its calls and execution time so far; `None`
 /// when `pg_stat_statements` cannot be read. Top-level and nested entries of one statement
 /// are summed.
-pub async fn snapshot(client: &tokio_postgres::Client) -> Option<Vec<StatementCount>> {
+pub async fn snapshot(client: &tokio_postgres::Client) -> Option<Snapshot> {
     let rows = client
         .query(
             "SELECT queryid, min(query), sum(calls)::int8, sum(total_exec_time)::float8
@@ -69,8 +81,16 @@ pub async fn snapshot(client: &tokio_postgres::Client) -> Option<Vec<StatementCo
         )
         .await
         .ok()?;
-    Some(
-        rows.iter()
+    let evictions = match client
+        .query_one("SELECT dealloc FROM pg_stat_statements_info", &[])
+        .await
+    {
+        Ok(row) => row.try_get(0).ok(),
+        Err(_) => None,
+    };
+    Some(Snapshot {
+        counts: rows
+            .iter()
             .map(|r| StatementCount {
                 queryid: r.get(0),
                 query: r.get(1),
@@ -78,7 +98,8 @@ pub async fn snapshot(client: &tokio_postgres::Client) -> Option<Vec<StatementCo
                 total_ms: r.get(3),
             })
             .collect(),
-    )
+        evictions,
+    })
 }
 
 /// The top statements of the current database, per `events` committed writes; `None` when

@@ -18,7 +18,7 @@
 
 use crate::harness::drive::WritePhase;
 use crate::harness::drive::{Origin, Sample};
-use crate::harness::pg_statements::{self, StatementCount, HARNESS_TAG};
+use crate::harness::pg_statements::{self, Snapshot, StatementCount, HARNESS_TAG};
 use crate::harness::rig::Rig;
 use crate::report::measures::Goal;
 use anyhow::Context as _;
@@ -130,7 +130,7 @@ pub struct Baseline {
     /// Seconds from the run's origin.
     pub at: f64,
     /// `None`: `pg_stat_statements` cannot be read.
-    pub counts: Option<Vec<StatementCount>>,
+    pub counts: Option<Snapshot>,
 }
 
 /// A pinned horizon: the transaction holding it and what was read as it started.
@@ -142,7 +142,7 @@ pub struct Pin {
     /// When to release it, seconds from the run's origin (`None`: at the run's conclusion).
     pub release_at: Option<f64>,
     baseline: Baseline,
-    at_start: Option<Vec<StatementCount>>,
+    at_start: Option<Snapshot>,
     tuples_at_start: Vec<TupleCount>,
     schema: String,
 }
@@ -292,7 +292,7 @@ pub struct PinReading {
     pub schema: String,
     /// The statement counts at `statements_from`, at the pin's start and at its release;
     /// `None` when `pg_stat_statements` could not be read at one of them.
-    pub statements: Option<[Vec<StatementCount>; 3]>,
+    pub statements: Option<[Snapshot; 3]>,
     pub tuples_at_start: Vec<TupleCount>,
     pub tuples_at_end: Vec<TupleCount>,
     pub oldest_snapshot_at_release: Option<f64>,
@@ -323,8 +323,19 @@ impl PinReading {
                 None
             }
             Some([baseline, start, end]) => {
-                match compare(baseline, start, end, &self.schema, &tables) {
-                    Ok(statements) => {
+                let compared = compare(
+                    &baseline.counts,
+                    &start.counts,
+                    &end.counts,
+                    &self.schema,
+                    &tables,
+                );
+                match compared {
+                    Ok(Compared {
+                        statements,
+                        went_back,
+                    }) => {
+                        notes.extend(eviction_note(went_back, [baseline, start, end]));
                         goals.push(statements_goal(&statements, &label));
                         per_write = writes_between(samples, self.statements_from, self.from)
                             .zip(writes_between(samples, self.from, self.to))
@@ -473,17 +484,28 @@ impl PinnedStatement {
     }
 }
 
+/// The statements compared before and while pinned, and how many were left out because their
+/// counts went back.
+#[derive(Debug)]
+pub struct Compared {
+    pub statements: Vec<PinnedStatement>,
+    pub went_back: usize,
+}
+
 /// Each statement's calls and mean before (`start − baseline`) and while pinned (`end −
 /// start`), the framework's first, each group by its time while pinned; statements of no one
-/// and statements not called in either window are left out. `Err` when a count went back (a
-/// PostgreSQL restart or a reset cleared them): the windows then cannot be told apart.
+/// and statements not called in either window are left out, and so is a statement whose count
+/// went back (`pg_stat_statements` evicted it: a busy server, such as a test run's many
+/// databases, sees more distinct statements than it keeps). `Err` when every statement counted
+/// before went back: a PostgreSQL restart or a reset cleared them, and the windows cannot be
+/// told apart.
 pub fn compare(
     baseline: &[StatementCount],
     start: &[StatementCount],
     end: &[StatementCount],
     schema: &str,
     framework_tables: &[&str],
-) -> Result<Vec<PinnedStatement>, String> {
+) -> Result<Compared, String> {
     let by_id = |counts: &[StatementCount]| -> HashMap<i64, (i64, f64)> {
         counts
             .iter()
@@ -493,6 +515,8 @@ pub fn compare(
     let (at_baseline, at_start, at_end) = (by_id(baseline), by_id(start), by_id(end));
     let mut out = Vec::new();
     let mut went_back = 0;
+    // Statements counted at the start (or the baseline) whose counts did not go back.
+    let mut kept = 0;
     let mut seen = std::collections::HashSet::new();
     for count in end.iter().chain(start) {
         if !seen.insert(count.queryid) {
@@ -510,6 +534,9 @@ pub fn compare(
         if before.0 < 0 || pinned.0 < 0 {
             went_back += 1;
             continue;
+        }
+        if at_start.0 > 0 || at_baseline.0 > 0 {
+            kept += 1;
         }
         if before.0 == 0 && pinned.0 == 0 {
             continue;
@@ -535,10 +562,10 @@ pub fn compare(
                 && ratio.is_some(),
         });
     }
-    if went_back > 0 {
+    if went_back > 0 && kept == 0 {
         return Err(format!(
-            "pg_stat_statements counts of {went_back} statement(s) went back during the pin (a \
-             PostgreSQL restart or a reset cleared them): no statement compared before and \
+            "pg_stat_statements counts of all {went_back} statement(s) went back during the pin \
+             (a PostgreSQL restart or a reset cleared them): no statement compared before and \
              while pinned"
         ));
     }
@@ -547,7 +574,35 @@ pub fn compare(
             .cmp(&(b.owner != Owner::Framework))
             .then(b.ms_pinned().total_cmp(&a.ms_pinned()))
     });
-    Ok(out)
+    Ok(Compared {
+        statements: out,
+        went_back,
+    })
+}
+
+/// Says what `pg_stat_statements` evicted over the windows: the statements a comparison left
+/// out, and the eviction passes when it could read them (an entry evicted and called again
+/// counts from zero, and only a count that went back shows it); `None` when neither happened.
+pub fn eviction_note(went_back: usize, [baseline, start, end]: [&Snapshot; 3]) -> Option<String> {
+    let passes = |from: &Snapshot, to: &Snapshot| Some(to.evictions? - from.evictions?);
+    let passes = passes(baseline, end).or_else(|| passes(start, end));
+    let cause = "the server saw more distinct statements than pg_stat_statements.max keeps and \
+                 evicted the least-used";
+    match (went_back, passes) {
+        (0, None | Some(0)) => None,
+        (0, Some(n)) => Some(format!(
+            "pg_stat_statements made {n} eviction pass(es) over the windows ({cause}); no \
+             statement's count went back, but one evicted and called again would count only \
+             from then on"
+        )),
+        (_, passes) => Some(format!(
+            "pg_stat_statements counts of {went_back} statement(s) went back ({}; {cause}): left \
+             out of the comparison and of the time per write",
+            passes.map_or("eviction passes not read".into(), |n| format!(
+                "{n} eviction pass(es) over the windows"
+            ))
+        )),
+    }
 }
 
 /// Every judged framework statement's mean while pinned within [`PINNED_MEAN_LIMIT`] × its
@@ -1003,7 +1058,9 @@ mod tests {
         let baseline = [count(1, CLAIM, 50, 50.0)];
         let start = [count(1, CLAIM, 250, 250.0)];
         let end = [count(1, CLAIM, 450, 550.0)];
-        let compared = compare(&baseline, &start, &end, "courier", &TABLES).expect("no reset");
+        let compared = compare(&baseline, &start, &end, "courier", &TABLES)
+            .expect("no reset")
+            .statements;
         assert_eq!(compared.len(), 1);
         let claim = &compared[0];
         assert_eq!((claim.calls_before, claim.calls_pinned), (200, 200));
@@ -1033,7 +1090,9 @@ mod tests {
             count(4, sampler, 1_000, 5_050.0),
             count(5, "BEGIN", 9_000, 1.0),
         ];
-        let compared = compare(&[], &start, &end, "courier", &TABLES).expect("no reset");
+        let compared = compare(&[], &start, &end, "courier", &TABLES)
+            .expect("no reset")
+            .statements;
         let find = |q: &str| {
             compared
                 .iter()
@@ -1069,7 +1128,9 @@ mod tests {
     fn one_slow_framework_statement_misses_the_goal_and_none_judged_is_no_success() {
         let start = [count(1, CLAIM, 500, 500.0)];
         let end = [count(1, CLAIM, 1_000, 1_300.0)];
-        let compared = compare(&[], &start, &end, "courier", &TABLES).expect("no reset");
+        let compared = compare(&[], &start, &end, "courier", &TABLES)
+            .expect("no reset")
+            .statements;
         let goal = statements_goal(&compared, "w");
         assert!(!goal.met, "1.6× is over 1.5×: {goal:?}");
         assert!(goal.value.contains("(1 of 1 over)"), "{}", goal.value);
@@ -1083,11 +1144,54 @@ mod tests {
     }
 
     #[test]
-    fn counts_that_went_back_are_no_comparison() {
-        let start = [count(1, CLAIM, 500, 500.0)];
+    fn counts_that_all_went_back_are_no_comparison() {
+        let mark = "UPDATE courier.outbox SET published_at = now() WHERE id = $1";
+        let start = [count(1, CLAIM, 500, 500.0), count(2, mark, 300, 30.0)];
+        // A restart: every count from zero, and a statement not called since is gone.
         let end = [count(1, CLAIM, 20, 30.0)];
         let why = compare(&[], &start, &end, "courier", &TABLES).expect_err("a reset");
-        assert!(why.contains("went back"), "{why}");
+        assert!(why.contains("all 2 statement(s) went back"), "{why}");
+        // A reset between the baseline and the pin's start goes back as well.
+        let baseline = [count(1, CLAIM, 500, 500.0)];
+        let start = [count(1, CLAIM, 20, 30.0)];
+        let end = [count(1, CLAIM, 220, 230.0)];
+        assert!(compare(&baseline, &start, &end, "courier", &TABLES).is_err());
+    }
+
+    #[test]
+    fn a_statement_evicted_while_others_kept_their_counts_is_left_out_and_said() {
+        let mark = "UPDATE courier.outbox SET published_at = now() WHERE id = $1";
+        let gauge = "SELECT count(*) FROM courier.outbox";
+        let start = [
+            count(1, CLAIM, 500, 500.0),
+            count(2, mark, 300, 30.0),
+            count(3, gauge, 9, 9.0),
+        ];
+        // The gauge's entry evicted and called again; the mark's evicted and not called since.
+        let end = [count(1, CLAIM, 1_000, 1_100.0), count(3, gauge, 2, 2.0)];
+        let Compared {
+            statements,
+            went_back,
+        } = compare(&[], &start, &end, "courier", &TABLES).expect("an eviction, not a reset");
+        assert_eq!(went_back, 2);
+        assert_eq!(statements.len(), 1, "{statements:?}");
+        assert_eq!(statements[0].ratio, Some(1.2));
+        let snapshot = |evictions| Snapshot {
+            counts: Vec::new(),
+            evictions,
+        };
+        let (launch, start, end) = (snapshot(None), snapshot(Some(4)), snapshot(Some(7)));
+        let note = eviction_note(went_back, [&launch, &start, &end]).expect("a note");
+        assert!(
+            note.contains("2 statement(s) went back (3 eviction pass(es)")
+                && note.contains("pg_stat_statements.max"),
+            "{note}"
+        );
+        let note = eviction_note(0, [&launch, &start, &end]).expect("passes alone are said");
+        assert!(note.contains("made 3 eviction pass(es)"), "{note}");
+        assert_eq!(eviction_note(0, [&launch, &start, &start]), None);
+        let unread = eviction_note(1, [&launch, &launch, &launch]).expect("a note");
+        assert!(unread.contains("eviction passes not read"), "{unread}");
     }
 
     #[test]
@@ -1170,11 +1274,17 @@ mod tests {
             to: 100.0,
             statements_from: 0.0,
             schema: "courier".into(),
-            statements: Some([
-                Vec::new(),
-                vec![count(1, CLAIM, 500, 500.0)],
-                vec![count(1, CLAIM, 1_000, 600.0)],
-            ]),
+            statements: Some(
+                [
+                    Vec::new(),
+                    vec![count(1, CLAIM, 500, 500.0)],
+                    vec![count(1, CLAIM, 1_000, 600.0)],
+                ]
+                .map(|counts| Snapshot {
+                    counts,
+                    evictions: None,
+                }),
+            ),
             tuples_at_start: vec![TupleCount {
                 table: "outbox".into(),
                 live: 10,
@@ -1224,7 +1334,9 @@ mod tests {
         // The claim as before a call; the rare floor look 3× slower: 20 ms more in 1,000
         // writes, 1.18× a write, though its own mean tripled.
         let end = [count(1, CLAIM, 2_000, 200.0), count(2, floor, 200, 40.0)];
-        let compared = compare(&[], &start, &end, "courier", &TABLES).expect("no reset");
+        let compared = compare(&[], &start, &end, "courier", &TABLES)
+            .expect("no reset")
+            .statements;
         assert!(!statements_goal(&compared, "w").met, "3× a call");
         let per_write = PerWrite::of(&compared, 1_000, 1_000).expect("writes in both");
         assert!((per_write.ms_before - 0.110).abs() < 1e-9, "{per_write:?}");

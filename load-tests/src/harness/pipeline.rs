@@ -11,7 +11,7 @@ use crate::harness::drive::{
     self, Load, Origin, Sample, Sampler, Watched, WriteOutcome, WritePhase,
 };
 use crate::harness::faults::{FaultPlan, FaultStack, Strikes};
-use crate::harness::pg_statements::{self, HARNESS_TAG};
+use crate::harness::pg_statements::{self, Snapshot, HARNESS_TAG};
 use crate::harness::pin::{Baseline, Pin, PinReading, PinSchedule};
 use crate::harness::processes::{emulator_process, Role, Workers};
 use crate::harness::rig::{PipelineArgs, Place, Rig, Takeover};
@@ -163,7 +163,7 @@ impl Pipeline {
             pin_due: None,
             pin_baseline: Baseline {
                 at: 0.0,
-                counts: statements.then(Vec::new),
+                counts: statements.then(Snapshot::default),
             },
             pins: Vec::new(),
             write_phases: Vec::new(),
