@@ -3,7 +3,8 @@
 //! stats`, `courier status` and the console show), and while a long transaction pins the xmin
 //! horizon a sample, and a one-off read from fresh floors, reads no more pages after 20,000 rows
 //! were published than before (P9; a count of every unpublished-looking entry walks each
-//! published row's dead version).
+//! published row's dead version). A running relay counts each shard from its claimer's floor,
+//! never above the claimer's own rows in flight.
 
 use courier::operations::BacklogGauge;
 use courier::operations::{Backlog, LimitSnapshot, OutboxOperator, OutboxStore, ShardStats};
@@ -11,6 +12,9 @@ use courier::outbox::Outbox;
 use courier::CourierConfig;
 use courier_testkit::keyed_event;
 use courier_testkit::TestDb;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 const SHARDS: u32 = 4;
 
@@ -50,6 +54,15 @@ const PAGES_READ: &str = "
     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND query NOT LIKE '%pg_stat_statements%'";
 
+/// A relay's configuration with [`SHARDS`] shards, publishing to a new topic named `topic`.
+async fn relay_config(db: &TestDb, topic: &str) -> anyhow::Result<(CourierConfig, String)> {
+    let pubsub = courier_testkit::TestPubSub::get().await?;
+    let topic = pubsub.topic(topic).await?;
+    let mut config = courier_testkit::test_config(db, &pubsub);
+    config.relay.shard_count = SHARDS;
+    Ok((config, topic))
+}
+
 async fn outbox(db: &TestDb) -> anyhow::Result<(Outbox, OutboxStore)> {
     let mut config = CourierConfig::default();
     config.database = db.config.clone();
@@ -66,10 +79,22 @@ async fn append(
     outbox: &Outbox,
     prefix: &str,
     keys: usize,
+    versions: (i64, i64),
+) -> anyhow::Result<()> {
+    append_on(db, outbox, "t.events", prefix, keys, versions).await
+}
+
+/// [`append`] on `topic`.
+async fn append_on(
+    db: &TestDb,
+    outbox: &Outbox,
+    topic: &str,
+    prefix: &str,
+    keys: usize,
     (from, to): (i64, i64),
 ) -> anyhow::Result<()> {
     let events = (from..=to)
-        .flat_map(|v| (0..keys).map(move |k| keyed_event("t.events", &format!("{prefix}-{k}"), v)))
+        .flat_map(|v| (0..keys).map(move |k| keyed_event(topic, &format!("{prefix}-{k}"), v)))
         .collect();
     let mut conn = db.pool.get().await?;
     let tx = conn.transaction().await?;
@@ -334,26 +359,10 @@ async fn read_once_pages(db: &TestDb, store: &OutboxStore) -> anyhow::Result<i64
 async fn a_relay_records_its_floors_and_stats_count_from_them() -> anyhow::Result<()> {
     courier_testkit::init_logging();
     let db = TestDb::new().await?;
-    let pubsub = courier_testkit::TestPubSub::get().await?;
-    let topic = pubsub.topic("floors").await?;
-    let mut config = courier_testkit::test_config(&db, &pubsub);
-    config.relay.shard_count = SHARDS;
+    let (config, topic) = relay_config(&db, "floors").await?;
     let outbox = Outbox::new(&config);
     let relay = courier_testkit::spawn_relay(&config)?;
-    let appended = |prefix: &'static str, version: i64| {
-        let (db, outbox, topic) = (&db, &outbox, topic.clone());
-        async move {
-            let events = (0..50)
-                .map(|k| keyed_event(&topic, &format!("{prefix}-{k}"), version))
-                .collect();
-            let mut conn = db.pool.get().await?;
-            let tx = conn.transaction().await?;
-            outbox.append_all(&tx, events).await?;
-            tx.commit().await?;
-            anyhow::Ok(())
-        }
-    };
-    appended("before", 1).await?;
+    append_on(&db, &outbox, &topic, "before", 50, (1, 1)).await?;
     let highest_published = "SELECT coalesce(max(seq), 0) FROM courier.outbox";
     courier_testkit::wait_until(
         std::time::Duration::from_secs(30),
@@ -392,11 +401,124 @@ async fn a_relay_records_its_floors_and_stats_count_from_them() -> anyhow::Resul
     // stopped without one would have left them, then append behind its back.
     relay.shutdown(std::time::Duration::from_secs(5)).await;
     record_floors(&store, &recorded).await?;
-    appended("after", 1).await?;
+    append_on(&db, &outbox, &topic, "after", 50, (1, 1)).await?;
     assert_stats_same(&db, "after the relay stopped").await?;
     let stats = OutboxOperator::new(db.pool.clone(), "courier")
         .shard_stats(SHARDS, LEASE)
         .await?;
     assert_eq!(stats.iter().map(|s| s.pending).sum::<i64>(), 50);
+    Ok(())
+}
+
+/// A running relay's gauge takes each shard's floor from its claimer, lowered to the claimer's
+/// own rows in flight, which its floor leaves out. With every mark held back, published rows
+/// stay unmarked in flight while later rows keep the claimers scanning (their floors move past
+/// the held rows): each floor the relay records stays at or below its shard's lowest held row,
+/// and `courier outbox stats` counts the held rows from those floors.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relays_floors_stay_below_its_rows_in_flight() -> anyhow::Result<()> {
+    const WAIT: Duration = Duration::from_secs(30);
+    courier_testkit::init_logging();
+    let db = TestDb::new().await?;
+    let (config, topic) = relay_config(&db, "floors-in-flight").await?;
+    let outbox = Outbox::new(&config);
+    let (open_marks, marks_open) = tokio::sync::watch::channel(true);
+    let marks_held = Arc::new(AtomicU32::new(0));
+    let held = marks_held.clone();
+    let before_mark: courier::relay::BeforeMark = Arc::new(move |_| {
+        let mut open = marks_open.clone();
+        let held = held.clone();
+        Box::pin(async move {
+            if !*open.borrow() {
+                held.fetch_add(1, Ordering::SeqCst);
+            }
+            let _ = open.wait_for(|open| *open).await;
+        })
+    });
+    let relay = courier::relay::Relay::spawn(
+        &config,
+        courier::relay::RelayOptions {
+            before_mark: Some(before_mark),
+            escalate: Arc::new(|e| tracing::error!(?e, "actor escalated")),
+            ..courier::relay::RelayOptions::default()
+        },
+    )?;
+    let unpublished = "SELECT count(*) FROM courier.outbox WHERE published_at IS NULL";
+    append_on(&db, &outbox, &topic, "warm", 40, (1, 1)).await?;
+    courier_testkit::wait_until(WAIT, "the warm-up published", || async {
+        db.scalar(unpublished).await.ok() == Some(0)
+    })
+    .await?;
+    open_marks.send_replace(false);
+    append_on(&db, &outbox, &topic, "held", 40, (1, 1)).await?;
+    courier_testkit::wait_until(
+        WAIT,
+        "the held rows claimed and their marks held",
+        || async {
+            db.scalar(
+                "SELECT count(*) FROM courier.outbox
+             WHERE aggregate_id LIKE 'held-%' AND lock_token IS NULL",
+            )
+            .await
+            .ok()
+                == Some(0)
+                && marks_held.load(Ordering::SeqCst) > 0
+        },
+    )
+    .await?;
+    let lowest_held: Vec<(i32, i64)> = db
+        .client()
+        .await?
+        .query(
+            "SELECT shard, min(seq) FROM courier.outbox WHERE aggregate_id LIKE 'held-%'
+             GROUP BY shard ORDER BY shard",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(lowest_held.len(), SHARDS as usize, "{lowest_held:?}");
+    let store = OutboxStore::new(db.pool.clone(), "courier");
+    let heartbeat = "SELECT coalesce(max(extract(epoch FROM heartbeat_at)), 0)::float8
+                     FROM courier.relay_instances";
+    let heartbeat_at = || async {
+        db.client()
+            .await?
+            .query_one(heartbeat, &[])
+            .await
+            .map(|r| r.get::<_, f64>(0))
+            .map_err(anyhow::Error::from)
+    };
+    // Later rows keep every claimer claiming, so full scans move its floor past the held rows
+    // (its own in flight), over several heartbeats; each heartbeat's floors are checked.
+    let mut heartbeats = 0;
+    let mut last_beat = heartbeat_at().await?;
+    for round in 0..60 {
+        append_on(&db, &outbox, &topic, &format!("later-{round}"), 8, (1, 1)).await?;
+        let beat = heartbeat_at().await?;
+        if beat > last_beat {
+            last_beat = beat;
+            heartbeats += 1;
+            let recorded = store.recorded_floors(SHARDS).await?;
+            for &(shard, lowest) in &lowest_held {
+                assert!(
+                    recorded[shard as usize] <= lowest,
+                    "heartbeat {heartbeats}: shard {shard}'s floor {} is above its lowest row \
+                     in flight, {lowest} (floors {recorded:?})",
+                    recorded[shard as usize]
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(heartbeats >= 3, "{heartbeats} heartbeats in the rounds");
+    assert_stats_same(&db, "marks held").await?;
+    open_marks.send_replace(true);
+    courier_testkit::wait_until(WAIT, "everything marked", || async {
+        db.scalar(unpublished).await.ok() == Some(0)
+    })
+    .await?;
+    relay.shutdown(Duration::from_secs(5)).await;
     Ok(())
 }

@@ -71,6 +71,12 @@ pub struct StopClaiming {
     pub drained: oneshot::Sender<()>,
 }
 
+/// The lowest seq the backlog gauge may count this claimer's shard from (see
+/// [`Claimer::backlog_floor`]).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "i64")]
+pub struct BacklogFloor;
+
 /// A test hook run after publishing and before marking (to stop a relay in that window).
 pub type BeforeMark = Arc<dyn Fn(u32) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync>;
 
@@ -109,6 +115,9 @@ pub struct Claimer {
     outcomes: mpsc::UnboundedSender<Vec<PublishOutcome>>,
     /// A mark is running.
     marking: bool,
+    /// The lowest seq of the rows that mark is writing (no longer in `rows`, still unpublished
+    /// until it commits).
+    marking_from: Option<i64>,
     /// A mark waiting for more outcomes (see [`MARK_GATHER_ROWS`]).
     mark_linger: Option<SpawnHandle>,
     /// What this claimer last wrote as its shard's idle flag.
@@ -155,6 +164,7 @@ impl Claimer {
             // Replaced by `started` before the first claim.
             outcomes: mpsc::unbounded().0,
             marking: false,
+            marking_from: None,
             mark_linger: None,
             idle_flagged: false,
             idle_flag_seq: None,
@@ -434,6 +444,7 @@ impl Claimer {
         }
         self.marking = true;
         let outcomes = std::mem::take(&mut self.settled);
+        self.marking_from = outcomes.iter().map(PublishOutcome::seq).min();
         // Rows that went back (given back untried, failed) and rows published after a retry,
         // whose key's later versions waited behind them: claimable again from the lowest.
         let rewind_to = outcomes
@@ -475,6 +486,7 @@ impl Claimer {
             .into_actor(self)
             .map(move |(result, marked), act, ctx| {
                 act.marking = false;
+                act.marking_from = None;
                 act.in_flight -= count;
                 for meta in marked.into_values() {
                     if act.claiming {
@@ -505,6 +517,17 @@ impl Claimer {
                 }
             }),
         );
+    }
+
+    /// Where the backlog gauge may count this shard from: the claimer's floor, or lower where a
+    /// row of its own is in flight (its floor leaves them out; the gauge counts them as
+    /// pending). The gauge needs no floor look of its own while claims move this on.
+    fn backlog_floor(&self) -> i64 {
+        self.rows
+            .keys()
+            .copied()
+            .chain(self.marking_from)
+            .fold(self.scan_from.floor(), i64::min)
     }
 
     fn finish_draining(&mut self, ctx: &mut Context<Self>) {
@@ -565,6 +588,7 @@ impl Actor for Claimer {
         self.outcomes = sender;
         ctx.add_stream(receiver);
         self.marking = false;
+        self.marking_from = None;
         self.mark_linger = None;
         self.empty_polls = 0;
         self.poll_timer = None;
@@ -611,6 +635,14 @@ impl Handler<OutboxNotified> for Claimer {
         }
         self.empty_polls = 0;
         self.claim(ctx);
+    }
+}
+
+impl Handler<BacklogFloor> for Claimer {
+    type Result = i64;
+
+    fn handle(&mut self, _: BacklogFloor, _: &mut Self::Context) -> i64 {
+        self.backlog_floor()
     }
 }
 

@@ -200,6 +200,12 @@ impl ScanFrom {
         self.full_scan_due = true;
     }
 
+    /// Where full scans start: below it every never-failed row is published, in flight with
+    /// this claimer, or waiting behind a parked row of its key.
+    pub fn floor(&self) -> i64 {
+        self.floor.get()
+    }
+
     /// Anything may be claimable again (an operator retried or skipped a dead row, or wakes
     /// may have been lost): the next claim is a full scan from the shard's start.
     pub fn rescan_all(&mut self) {

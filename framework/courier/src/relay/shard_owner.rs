@@ -12,7 +12,7 @@ use crate::db::DbError;
 use crate::horizon::{HeldFlag, HorizonQuery};
 use crate::outbox::stable_hash;
 use crate::relay::backlog::BacklogGauge;
-use crate::relay::claimer::{BeforeMark, Claimer, OutboxNotified, StopClaiming};
+use crate::relay::claimer::{BacklogFloor, BeforeMark, Claimer, OutboxNotified, StopClaiming};
 use crate::relay::publisher::Publishers;
 use crate::relay::store::OutboxStore;
 use crate::supervision::{EscalationHandler, Supervision};
@@ -173,6 +173,11 @@ impl ShardOwner {
         let horizon = self.horizon.clone();
         let horizon_held = self.horizon_held.clone();
         let backlog = self.backlog.clone();
+        let claimers: Vec<(u32, Addr<Claimer>)> = self
+            .owned
+            .iter()
+            .map(|(shard, addr)| (*shard, addr.clone()))
+            .collect();
         ctx.spawn(
             async move {
                 // Shutting down: no heartbeat, so the row that `Deregister` deletes stays gone.
@@ -182,7 +187,8 @@ impl ShardOwner {
                     let floors = backlog.lock().await.floors();
                     store.heartbeat(instance, &owned, lease, limit, &floors).await?
                 };
-                backlog.lock().await.sample(&store).await;
+                let from_claimers = claimers_floors(&claimers).await;
+                backlog.lock().await.sample(&store, &from_claimers).await;
                 crate::horizon::sample(&horizon, store.pool(), &horizon_held).await;
                 let share = if shutting_down { 0 } else { shard_count.div_ceil(live) as usize };
                 let mut acquired = Vec::new();
@@ -303,6 +309,23 @@ impl ShardOwner {
         }
         self.releasing.clear();
     }
+}
+
+/// How long the tick waits for a claimer's backlog floor; past it the gauge looks itself.
+const CLAIMER_FLOOR_WAIT: Duration = Duration::from_secs(1);
+
+/// The backlog floor each claimer gives for its shard; one that does not answer in time
+/// (restarting, stopping) is left out, and the gauge looks at its shard itself.
+async fn claimers_floors(claimers: &[(u32, Addr<Claimer>)]) -> Vec<(u32, i64)> {
+    let mut floors = Vec::with_capacity(claimers.len());
+    for (shard, claimer) in claimers {
+        if let Ok(Ok(floor)) =
+            tokio::time::timeout(CLAIMER_FLOOR_WAIT, claimer.send(BacklogFloor)).await
+        {
+            floors.push((*shard, floor));
+        }
+    }
+    floors
 }
 
 /// Visits shards starting at an instance-specific offset so instances do not all race for
