@@ -11,8 +11,8 @@ use crate::report::measures::{new_histogram, Latency};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use courier::db::PgPool;
-use courier::operations::BacklogGauge;
 use courier::operations::OutboxStore;
+use courier::operations::{Backlog, BacklogGauge};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -203,10 +203,13 @@ impl SharedReceiver {
 pub struct Sample {
     pub t: f64,
     pub written: i64,
-    /// Unpublished, not dead rows, as the relay's backlog gauge counts them: from per-shard
-    /// floors, so the count walks no dead index entry a pinned horizon keeps (`count(*)` of
-    /// the unpublished rows took 284 ms and 11,000 pages a sample 13 minutes into a pin at
-    /// 600 writes/s). Counted every [`OUTBOX_COUNT_EVERY`] samples end to end.
+    /// Unpublished, not dead rows, as `courier outbox stats` counts them: from the per-shard
+    /// floors the relays record with their heartbeats, so the count walks no dead index entry
+    /// a pinned horizon keeps (`count(*)` of the unpublished rows took 284 ms and 11,000 pages
+    /// a sample 13 minutes into a pin at 600 writes/s), and the sampler runs no floor look of
+    /// its own (its looks, the framework's statement, were most of that statement's calls in
+    /// a run, and counted as the framework's). Counted every [`OUTBOX_COUNT_EVERY`] samples
+    /// end to end.
     pub outbox_pending: Option<i64>,
     pub applied: i64,
     /// p99 commit → projection of the effects recorded since the previous sample.
@@ -286,10 +289,9 @@ impl Sampler {
             let mut samples = Vec::new();
             let mut last_seq = 0i64;
             let outbox = OutboxStore::new(pool.clone(), "courier");
-            let mut backlog = BacklogGauge::new(shards);
             for n in 0.. {
                 let count_outbox = scope == Scope::RelayOnly || n % OUTBOX_COUNT_EVERY == 0;
-                let gauge = count_outbox.then_some((&outbox, &mut backlog));
+                let gauge = count_outbox.then_some((&outbox, shards));
                 let reading = sample(&pool, origin, &mut last_seq, &watched, scope, gauge);
                 if let Ok(sample) = reading.await {
                     samples.push(sample);
@@ -316,7 +318,7 @@ async fn sample(
     last_seq: &mut i64,
     watched: &Watched,
     scope: Scope,
-    backlog: Option<(&OutboxStore, &mut BacklogGauge)>,
+    backlog: Option<(&OutboxStore, u32)>,
 ) -> anyhow::Result<Sample> {
     let conn = pool.get().await.context("sampler connection")?;
     // max(seq) instead of count(*): constant time however long the run; a rolled-back write
@@ -336,7 +338,10 @@ async fn sample(
         )
         .await?;
     let outbox_pending = match backlog {
-        Some((outbox, gauge)) => gauge.read(outbox).await.ok().map(|b| b.pending),
+        Some((outbox, shards)) => BacklogGauge::read_once(outbox, shards, Duration::ZERO)
+            .await
+            .ok()
+            .map(|parts| Backlog::of(&parts).pending),
         None => None,
     };
     let window = conn
