@@ -314,18 +314,20 @@ impl ShardOwner {
 /// How long the tick waits for a claimer's backlog floor; past it the gauge looks itself.
 const CLAIMER_FLOOR_WAIT: Duration = Duration::from_secs(1);
 
-/// The backlog floor each claimer gives for its shard; one that does not answer in time
-/// (restarting, stopping) is left out, and the gauge looks at its shard itself.
+/// The backlog floor each claimer gives for its shard, asked of all at once; one that does not
+/// answer in time (restarting, stopping) is left out, and the gauge looks at its shard itself.
 async fn claimers_floors(claimers: &[(u32, Addr<Claimer>)]) -> Vec<(u32, i64)> {
-    let mut floors = Vec::with_capacity(claimers.len());
-    for (shard, claimer) in claimers {
-        if let Ok(Ok(floor)) =
-            tokio::time::timeout(CLAIMER_FLOOR_WAIT, claimer.send(BacklogFloor)).await
-        {
-            floors.push((*shard, floor));
+    let asked = claimers.iter().map(|(shard, claimer)| async move {
+        match tokio::time::timeout(CLAIMER_FLOOR_WAIT, claimer.send(BacklogFloor)).await {
+            Ok(Ok(floor)) => Some((*shard, floor)),
+            _ => None,
         }
-    }
-    floors
+    });
+    futures::future::join_all(asked)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// Visits shards starting at an instance-specific offset so instances do not all race for
