@@ -1017,6 +1017,8 @@ mod tests {
     const CLAIM: &str =
         "-- Claims a batch.\nUPDATE courier.outbox SET locked_at = now() WHERE id = $1";
 
+    const MARK: &str = "UPDATE courier.outbox SET published_at = now() WHERE id = $1";
+
     #[test]
     fn statements_are_the_frameworks_when_they_name_only_its_tables() {
         let owner = |q: &str| owner(q, "courier", &TABLES);
@@ -1073,18 +1075,17 @@ mod tests {
 
     #[test]
     fn new_rare_and_harness_statements_are_listed_but_not_judged() {
-        let mark = "UPDATE courier.outbox SET published_at = now() WHERE id = $1";
         let park = "INSERT INTO courier.outbox_versions (k) VALUES ($1)";
         let sampler = "SELECT count(*) FROM load.writes";
         let start = [
             count(1, CLAIM, 500, 500.0),
-            count(2, mark, 99, 99.0),
+            count(2, MARK, 99, 99.0),
             count(4, sampler, 500, 50.0),
         ];
         let end = [
             count(1, CLAIM, 1_000, 1_100.0),
             // Under the call threshold before: 10× slower, but not judged.
-            count(2, mark, 299, 2_099.0),
+            count(2, MARK, 299, 2_099.0),
             // Seen only while pinned.
             count(3, park, 300, 30.0),
             count(4, sampler, 1_000, 5_050.0),
@@ -1100,8 +1101,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("{q} not listed: {compared:?}"))
         };
         assert_eq!(compared.len(), 4, "BEGIN names no table: {compared:?}");
-        assert!(!find(mark).judged);
-        assert_eq!(find(mark).ratio, Some(10.0));
+        assert!(!find(MARK).judged);
+        assert_eq!(find(MARK).ratio, Some(10.0));
         let new = find(park);
         assert_eq!(
             (new.calls_before, new.mean_ms_before, new.ratio),
@@ -1145,8 +1146,7 @@ mod tests {
 
     #[test]
     fn counts_that_all_went_back_are_no_comparison() {
-        let mark = "UPDATE courier.outbox SET published_at = now() WHERE id = $1";
-        let start = [count(1, CLAIM, 500, 500.0), count(2, mark, 300, 30.0)];
+        let start = [count(1, CLAIM, 500, 500.0), count(2, MARK, 300, 30.0)];
         // A restart: every count from zero, and a statement not called since is gone.
         let end = [count(1, CLAIM, 20, 30.0)];
         let why = compare(&[], &start, &end, "courier", &TABLES).expect_err("a reset");
@@ -1160,11 +1160,10 @@ mod tests {
 
     #[test]
     fn a_statement_evicted_while_others_kept_their_counts_is_left_out_and_said() {
-        let mark = "UPDATE courier.outbox SET published_at = now() WHERE id = $1";
         let gauge = "SELECT count(*) FROM courier.outbox";
         let start = [
             count(1, CLAIM, 500, 500.0),
-            count(2, mark, 300, 30.0),
+            count(2, MARK, 300, 30.0),
             count(3, gauge, 9, 9.0),
         ];
         // The gauge's entry evicted and called again; the mark's evicted and not called since.
