@@ -8,8 +8,8 @@
 //! claimer's floor, lowered to the claimer's lowest row in flight, whenever that is higher: a
 //! claimer moves it on with every full scan, so the gauge needs no look of its own. Any other
 //! shard, or one whose claimer's floor has not moved (an idle claimer polls seldom), gets the
-//! claimers' floor query with no token (so rows in flight with any claimer count as pending):
-//! under a pin that look cost 4.5× its unpinned time, the claimers' own 1.6× (run M3).
+//! claimers' floor query with no token (so rows in flight with any claimer count as pending).
+//! In a 10-minute pin the relay's gauge made no look of its own (docs/benchmarks.md, run M5).
 //!
 //! A row that becomes claimable again below a floor without being in flight (a key's later rows
 //! once its failed row is published, a dead row an operator retries) is counted among the
@@ -57,7 +57,7 @@ impl BacklogGauge {
 
     /// Moves each shard's floor on, to its claimer's where `from_claimers` has one above it,
     /// else by a floor query; then reads the backlog from them.
-    pub async fn read_with(
+    async fn read_with(
         &mut self,
         store: &OutboxStore,
         from_claimers: &[(u32, i64)],
