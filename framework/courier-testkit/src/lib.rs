@@ -26,6 +26,7 @@ mod db;
 mod emulator;
 mod plans;
 mod services;
+mod statement_stats;
 mod tls_postgres;
 mod wait;
 
@@ -36,6 +37,7 @@ pub use db::TestDb;
 pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
 pub use plans::generic_plan;
 pub use services::{run_options, service_config, Declaration, ServiceStack};
+pub use statement_stats::StatementPages;
 pub use tls_postgres::TlsPostgres;
 pub use wait::wait_until;
 

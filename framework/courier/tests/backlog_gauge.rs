@@ -46,14 +46,6 @@ const LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 /// The relay instance whose heartbeat records the floors.
 const RELAY: uuid::Uuid = uuid::Uuid::from_u128(7);
 
-/// Pages the statements run in this database have read (from cache or disk), other than this
-/// query's own: `pg_stat_statements` counts a statement as it ends (scripts/stack.sh loads it).
-const PAGES_READ: &str = "
-    SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint
-    FROM public.pg_stat_statements
-    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND query NOT LIKE '%pg_stat_statements%'";
-
 /// A relay's configuration with [`SHARDS`] shards, publishing to a new topic named `topic`.
 async fn relay_config(db: &TestDb, topic: &str) -> anyhow::Result<(CourierConfig, String)> {
     let pubsub = courier_testkit::TestPubSub::get().await?;
@@ -255,13 +247,11 @@ async fn sample_pages(
     for _ in 0..3 {
         gauge.read(store).await?;
     }
-    let mut fewest = i64::MAX;
-    for _ in 0..3 {
-        let before = db.scalar(PAGES_READ).await?;
+    db.fewest_pages("", 3, async || {
         gauge.read(store).await?;
-        fewest = fewest.min(db.scalar(PAGES_READ).await? - before);
-    }
-    Ok(fewest)
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -343,13 +333,11 @@ async fn record_floors(store: &OutboxStore, floors: &[i64]) -> anyhow::Result<()
 /// The pages a one-off read from the recorded floors reads (`courier outbox stats`, `courier
 /// status`, the console): the fewest of three.
 async fn read_once_pages(db: &TestDb, store: &OutboxStore) -> anyhow::Result<i64> {
-    let mut fewest = i64::MAX;
-    for _ in 0..3 {
-        let before = db.scalar(PAGES_READ).await?;
+    db.fewest_pages("", 3, async || {
         BacklogGauge::read_once(store, SHARDS, LEASE).await?;
-        fewest = fewest.min(db.scalar(PAGES_READ).await? - before);
-    }
-    Ok(fewest)
+        Ok(())
+    })
+    .await
 }
 
 /// A running relay records its gauge's floors with its heartbeat, risen past what it published,
