@@ -37,7 +37,8 @@ const READ: &str = "
       AND query ~ $1
       AND query NOT LIKE '%pg_stat_statements%'";
 
-/// Runs of the measured work allowed per sample asked for, voided ones included.
+/// Runs of the measured work [`TestDb::fewest_pages`] allows per sample asked for, voided
+/// ones included.
 const TRIES_PER_SAMPLE: usize = 10;
 
 impl TestDb {
@@ -62,7 +63,7 @@ impl TestDb {
 
     /// The fewest pages the statements matching `pattern` read in `samples` runs of `work`
     /// that no eviction pass crossed. A run a pass crossed is void and `work` runs again, up
-    /// to [`TRIES_PER_SAMPLE`] times a sample in all.
+    /// to ten times a sample in all.
     pub async fn fewest_pages(
         &self,
         pattern: &str,
