@@ -86,16 +86,27 @@ pub async fn read(rig: &Rig, from: DateTime<Utc>, origin: DateTime<Utc>) -> anyh
         .query(sql, &[&from, &origin])
         .await
         .context("read each event's hops")?;
-    let events: Vec<(f64, Vec<i64>)> = rows
+    // A hop is NULL where its end was not reached when the run ended: an event applied whose
+    // row the relay had not marked published yet (a run stopped at its drain timeout).
+    let events = rows
         .iter()
-        .map(|r| (r.get(2), (3..3 + names.len()).map(|i| r.get(i)).collect()))
-        .collect();
+        .map(|r| {
+            let hops = (3..3 + names.len())
+                .map(|i| r.try_get::<_, Option<i64>>(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((r.try_get::<_, f64>(2)?, hops))
+        })
+        .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+        .context("read each event's hops")?;
     // Every event's hops, for a look at what the slow ones have in common.
     if events.len() <= CSV_MAX_EVENTS {
         let mut csv = format!("aggregate_id,version,due_s,{}\n", names.join(","));
         for (row, (t, hops)) in rows.iter().zip(&events) {
-            let hops: Vec<String> = hops.iter().map(i64::to_string).collect();
-            let (key, version): (String, i64) = (row.get(0), row.get(1));
+            let hops: Vec<String> = hops
+                .iter()
+                .map(|hop| hop.map(|us| us.to_string()).unwrap_or_default())
+                .collect();
+            let (key, version): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
             csv += &format!("{key},{version},{t:.6},{}\n", hops.join(","));
         }
         let path = rig.config_path.with_file_name("hops.csv");
@@ -105,9 +116,9 @@ pub async fn read(rig: &Rig, from: DateTime<Utc>, origin: DateTime<Utc>) -> anyh
 }
 
 /// The distributions and the chart's panel of `events`: (due time in seconds from the origin,
-/// microseconds of each hop). A hop that came out negative (clocks of two processes a little
-/// apart) counts as 0.
-fn summarize(names: &[&str], events: &[(f64, Vec<i64>)]) -> Hops {
+/// microseconds of each hop, `None` where not reached). A hop that came out negative (clocks of
+/// two processes a little apart) counts as 0.
+fn summarize(names: &[&str], events: &[(f64, Vec<Option<i64>>)]) -> Hops {
     let micros = |us: i64| u64::try_from(us).unwrap_or(0);
     let mut hops = Vec::with_capacity(names.len());
     let mut panel = Panel::new("p99 of each hop (events due in each 5 s)", "ms");
@@ -115,7 +126,9 @@ fn summarize(names: &[&str], events: &[(f64, Vec<i64>)]) -> Hops {
         let mut whole = new_histogram();
         let mut buckets: std::collections::BTreeMap<i64, Histogram<u64>> = Default::default();
         for (t, values) in events {
-            let value = micros(values[hop]);
+            let Some(value) = values[hop].map(micros) else {
+                continue;
+            };
             whole.saturating_record(value);
             buckets
                 .entry((t / BUCKET_SECS).floor() as i64)
@@ -141,8 +154,13 @@ mod tests {
 
     #[test]
     fn each_hop_has_its_own_distribution_and_series() {
-        let events: Vec<(f64, Vec<i64>)> = (0..100)
-            .map(|i| (i as f64 / 10.0, vec![1_000, i * 1_000, -5]))
+        let events: Vec<(f64, Vec<Option<i64>>)> = (0..100)
+            .map(|i| {
+                (
+                    i as f64 / 10.0,
+                    vec![Some(1_000), Some(i * 1_000), Some(-5)],
+                )
+            })
             .collect();
         let hops = summarize(&RELAY_ONLY, &events);
         assert_eq!(hops.hops.len(), 3);
@@ -157,5 +175,23 @@ mod tests {
         assert_eq!(hops.panel.series.len(), 3);
         assert_eq!(hops.panel.series[1].points.len(), 2);
         assert!(hops.panel.series[1].points[1].1 > hops.panel.series[1].points[0].1);
+    }
+
+    #[test]
+    fn a_hop_not_reached_is_left_out_of_its_distribution_only() {
+        let events: Vec<(f64, Vec<Option<i64>>)> = (0..10)
+            .map(|i| {
+                let marked = (i % 2 == 0).then_some(50_000);
+                (i as f64, vec![Some(1_000), Some(2_000), marked])
+            })
+            .collect();
+        let hops = summarize(&RELAY_ONLY, &events);
+        assert_eq!(hops.hops[0].count, 10);
+        assert_eq!(hops.hops[2].count, 5);
+        assert!(
+            (hops.hops[2].p50_ms - 50.0).abs() < 0.1,
+            "no unmarked event counts as 0: {:?}",
+            hops.hops[2]
+        );
     }
 }
