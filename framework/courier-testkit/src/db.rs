@@ -152,16 +152,21 @@ impl TestDb {
     /// The value of a query returning one `bigint` (a count, an attempt number), on a pooled
     /// connection.
     pub async fn scalar(&self, sql: &str) -> anyhow::Result<i64> {
-        let conn = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| anyhow::anyhow!("a connection to {}: {e}", self.name))?;
-        let row = conn
+        let row = self
+            .pooled()
+            .await?
             .query_one(sql, &[])
             .await
             .with_context(|| sql.to_string())?;
         Ok(row.try_get(0)?)
+    }
+
+    /// A connection from the pool.
+    pub(crate) async fn pooled(&self) -> anyhow::Result<courier::db::PooledClient<'_>> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| anyhow::anyhow!("a connection to {}: {e}", self.name))
     }
 
     /// A new connection to the test database (outside the pool).

@@ -46,12 +46,9 @@ impl TestDb {
     /// (`""` for all) have read so far; take two and subtract them with
     /// [`StatementPages::since`].
     pub async fn statement_pages(&self, pattern: &str) -> anyhow::Result<StatementPages> {
-        let conn = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| anyhow::anyhow!("a connection to {}: {e}", self.name))?;
-        let row = conn
+        let row = self
+            .pooled()
+            .await?
             .query_one(READ, &[&pattern])
             .await
             .context("read pg_stat_statements")?;
