@@ -37,7 +37,6 @@ pub use db::TestDb;
 pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
 pub use plans::generic_plan;
 pub use services::{run_options, service_config, Declaration, ServiceStack};
-pub use statement_stats::StatementPages;
 pub use tls_postgres::TlsPostgres;
 pub use wait::wait_until;
 

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 /// Pages read, from cache or disk, by this database's statements whose text matches a
 /// regular expression, with the eviction passes the server had made when it was read.
 #[derive(Clone, Copy, Debug)]
-pub struct StatementPages {
+struct StatementPages {
     pages: i64,
     evictions: i64,
 }
@@ -22,7 +22,7 @@ impl StatementPages {
     /// The pages read since `before`, or `None` when the server evicted entries in between
     /// (an evicted statement counts from zero when it next runs, so the difference would not
     /// be what was read).
-    pub fn since(self, before: StatementPages) -> Option<i64> {
+    fn since(self, before: StatementPages) -> Option<i64> {
         (self.evictions == before.evictions).then_some(self.pages - before.pages)
     }
 }
@@ -45,7 +45,7 @@ impl TestDb {
     /// What this database's statements whose text matches the regular expression `pattern`
     /// (`""` for all) have read so far; take two and subtract them with
     /// [`StatementPages::since`].
-    pub async fn statement_pages(&self, pattern: &str) -> anyhow::Result<StatementPages> {
+    async fn statement_pages(&self, pattern: &str) -> anyhow::Result<StatementPages> {
         let row = self
             .pooled()
             .await?
