@@ -466,6 +466,10 @@ pub struct PinnedStatement {
     pub calls_pinned: i64,
     pub mean_ms_before: Option<f64>,
     pub mean_ms_pinned: Option<f64>,
+    /// Shared buffers hit or read per call: the work a call did, whatever the CPU's load
+    /// (on a saturated machine the time per call grows with the wait for a core).
+    pub pages_before: Option<f64>,
+    pub pages_pinned: Option<f64>,
     /// Mean while pinned over mean before, when both windows called it.
     pub ratio: Option<f64>,
     /// Held to the goal: the framework's, with [`MIN_CALLS`] calls in each window.
@@ -492,7 +496,10 @@ pub struct Compared {
     pub went_back: usize,
 }
 
-/// Each statement's calls and mean before (`start − baseline`) and while pinned (`end −
+/// A statement's calls, execution time (ms) and pages, cumulative or over a window.
+type Totals = (i64, f64, i64);
+
+/// Each statement's calls, mean and pages a call before (`start − baseline`) and while pinned (`end −
 /// start`), the framework's first, each group by its time while pinned; statements of no one
 /// and statements not called in either window are left out, and so is a statement whose count
 /// went back (`pg_stat_statements` evicted it: a busy server, such as a test run's many
@@ -506,10 +513,10 @@ pub fn compare(
     schema: &str,
     framework_tables: &[&str],
 ) -> Result<Compared, String> {
-    let by_id = |counts: &[StatementCount]| -> HashMap<i64, (i64, f64)> {
+    let by_id = |counts: &[StatementCount]| -> HashMap<i64, Totals> {
         counts
             .iter()
-            .map(|c| (c.queryid, (c.calls, c.total_ms)))
+            .map(|c| (c.queryid, (c.calls, c.total_ms, c.pages)))
             .collect()
     };
     let (at_baseline, at_start, at_end) = (by_id(baseline), by_id(start), by_id(end));
@@ -525,12 +532,12 @@ pub fn compare(
         let Some(owner) = owner(&count.query, schema, framework_tables) else {
             continue;
         };
-        let of = |counts: &HashMap<i64, (i64, f64)>| {
-            counts.get(&count.queryid).copied().unwrap_or((0, 0.0))
+        let of = |counts: &HashMap<i64, Totals>| {
+            counts.get(&count.queryid).copied().unwrap_or((0, 0.0, 0))
         };
         let (at_baseline, at_start, at_end) = (of(&at_baseline), of(&at_start), of(&at_end));
-        let before = (at_start.0 - at_baseline.0, at_start.1 - at_baseline.1);
-        let pinned = (at_end.0 - at_start.0, at_end.1 - at_start.1);
+        let between = |from: Totals, to: Totals| (to.0 - from.0, to.1 - from.1, to.2 - from.2);
+        let (before, pinned) = (between(at_baseline, at_start), between(at_start, at_end));
         if before.0 < 0 || pinned.0 < 0 {
             went_back += 1;
             continue;
@@ -541,8 +548,9 @@ pub fn compare(
         if before.0 == 0 && pinned.0 == 0 {
             continue;
         }
-        let mean = |(calls, ms): (i64, f64)| (calls > 0).then(|| ms / calls as f64);
+        let mean = |(calls, ms, _): Totals| (calls > 0).then(|| ms / calls as f64);
         let (mean_before, mean_pinned) = (mean(before), mean(pinned));
+        let pages = |(calls, _, pages): Totals| (calls > 0).then(|| pages as f64 / calls as f64);
         let ratio = match (mean_before, mean_pinned) {
             (Some(b), Some(p)) if b > 0.0 => Some(p / b),
             _ => None,
@@ -555,6 +563,8 @@ pub fn compare(
             calls_pinned: pinned.0,
             mean_ms_before: mean_before,
             mean_ms_pinned: mean_pinned,
+            pages_before: pages(before),
+            pages_pinned: pages(pinned),
             ratio,
             judged: owner == Owner::Framework
                 && before.0 >= MIN_CALLS
@@ -890,9 +900,9 @@ impl PinnedWindow {
         let mut out = format!("  {}\n", self.heading());
         if self.statements.is_some() {
             out += &format!(
-                "    {:>9} {:>9} {:>9} {:>9} {:>7}  statement (pg_stat_statements; ratio in \
-                 parentheses: not judged, < {MIN_CALLS} calls in a window)\n",
-                "calls bef", "calls pin", "ms before", "ms pinned", "ratio"
+                "    {:>9} {:>9} {:>9} {:>9} {:>7} {:>13}  statement (pg_stat_statements; \
+                 ratio in parentheses: not judged, < {MIN_CALLS} calls in a window)\n",
+                "calls bef", "calls pin", "ms before", "ms pinned", "ratio", "pages a call"
             );
             let mut harness_heading = false;
             for st in self.listed() {
@@ -901,12 +911,13 @@ impl PinnedWindow {
                     harness_heading = true;
                 }
                 out += &format!(
-                    "    {:>9} {:>9} {:>9} {:>9} {:>7}  {}\n",
+                    "    {:>9} {:>9} {:>9} {:>9} {:>7} {:>13}  {}\n",
                     st.calls_before,
                     st.calls_pinned,
                     ms(st.mean_ms_before),
                     ms(st.mean_ms_pinned),
                     ratio(st),
+                    pages(st),
                     st.query.chars().take(90).collect::<String>()
                 );
             }
@@ -944,13 +955,14 @@ impl PinnedWindow {
             out += &format!(
                 "Mean execution time per statement before and while pinned (pg_stat_statements); \
                  a ratio in parentheses is not judged (fewer than {MIN_CALLS} calls in a \
-                 window, or the harness's own).\n\n\
-                 | whose | calls before | calls pinned | mean ms before | mean ms pinned | ratio | statement |\n\
-                 |---|---:|---:|---:|---:|---:|---|\n"
+                 window, or the harness's own). Pages a call (shared buffers hit or read) are \
+                 the work a call did, which a saturated CPU does not inflate.\n\n\
+                 | whose | calls before | calls pinned | mean ms before | mean ms pinned | ratio | pages a call | statement |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---|\n"
             );
             for st in self.listed() {
                 out += &format!(
-                    "| {} | {} | {} | {} | {} | {} | `{}` |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} | `{}` |\n",
                     match st.owner {
                         Owner::Framework => "framework",
                         Owner::Harness => "harness",
@@ -960,6 +972,7 @@ impl PinnedWindow {
                     ms(st.mean_ms_before),
                     ms(st.mean_ms_pinned),
                     ratio(st),
+                    pages(st),
                     st.query.replace('|', "\\|").replace('`', "'")
                 );
             }
@@ -988,6 +1001,12 @@ fn ms(mean: Option<f64>) -> String {
     mean.map_or("—".to_string(), |m| format!("{m:.3}"))
 }
 
+/// Pages a call before → while pinned (`12.0 → 13.5`), `—` for a window without calls.
+fn pages(st: &PinnedStatement) -> String {
+    let one = |p: Option<f64>| p.map_or("—".to_string(), |p| format!("{p:.1}"));
+    format!("{} → {}", one(st.pages_before), one(st.pages_pinned))
+}
+
 /// `1.23×`, `(1.23×)` when not judged, `new` when not called before, `—` when not called while
 /// pinned.
 fn ratio(st: &PinnedStatement) -> String {
@@ -1005,12 +1024,14 @@ mod tests {
 
     const TABLES: [&str; 3] = ["outbox", "outbox_versions", "relay_instances"];
 
+    /// A statement's counts reading 2 pages a call.
     fn count(queryid: i64, query: &str, calls: i64, total_ms: f64) -> StatementCount {
         StatementCount {
             queryid,
             query: query.into(),
             calls,
             total_ms,
+            pages: 2 * calls,
         }
     }
 
@@ -1071,6 +1092,26 @@ mod tests {
         assert_eq!(claim.ratio, Some(1.5));
         assert!(claim.judged);
         assert!(statements_goal(&compared, "w").met, "1.5× is within 1.5×");
+    }
+
+    #[test]
+    fn pages_a_call_are_counted_per_window_apart_from_the_time() {
+        let with_pages = |calls, ms, pages| StatementCount {
+            pages,
+            ..count(1, CLAIM, calls, ms)
+        };
+        let baseline = [with_pages(50, 50.0, 500)];
+        let start = [with_pages(250, 250.0, 2_500)];
+        // Twice the time a call while pinned (a busy CPU), the same pages a call.
+        let end = [with_pages(450, 650.0, 4_500)];
+        let compared = compare(&baseline, &start, &end, "courier", &TABLES).expect("no reset");
+        let claim = &compared.statements[0];
+        assert_eq!(
+            (claim.pages_before, claim.pages_pinned),
+            (Some(10.0), Some(10.0))
+        );
+        assert_eq!(claim.ratio, Some(2.0));
+        assert_eq!(pages(claim), "10.0 → 10.0");
     }
 
     #[test]
@@ -1317,10 +1358,11 @@ mod tests {
         );
         assert!(text.contains("outbox 5 → 5000 (10 → 20)"), "{text}");
         assert!(text.contains("0.20×"), "{text}");
+        assert!(text.contains(" 2.0 → 2.0  UPDATE"), "pages a call: {text}");
         assert!(text.contains("55.0 s at the release"), "{text}");
         let md = window.to_markdown();
         assert!(
-            md.contains("| framework | 500 | 500 | 1.000 | 0.200 | 0.20× |"),
+            md.contains("| framework | 500 | 500 | 1.000 | 0.200 | 0.20× | 2.0 → 2.0 |"),
             "{md}"
         );
         assert!(md.contains("| outbox | 5 | 5000 | 10 | 20 |"), "{md}");
