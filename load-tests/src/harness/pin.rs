@@ -496,11 +496,40 @@ pub struct Compared {
     pub went_back: usize,
 }
 
-/// A statement's calls, execution time (ms) and pages, cumulative or over a window.
-type Totals = (i64, f64, i64);
+/// A statement's calls, execution time and pages, cumulative or over a window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    calls: i64,
+    ms: f64,
+    pages: i64,
+}
 
-/// Each statement's calls, mean and pages a call before (`start − baseline`) and while pinned (`end −
-/// start`), the framework's first, each group by its time while pinned; statements of no one
+impl Totals {
+    fn of(count: &StatementCount) -> Self {
+        Self {
+            calls: count.calls,
+            ms: count.total_ms,
+            pages: count.pages,
+        }
+    }
+
+    /// What was added from `earlier` to these.
+    fn since(self, earlier: Totals) -> Totals {
+        Totals {
+            calls: self.calls - earlier.calls,
+            ms: self.ms - earlier.ms,
+            pages: self.pages - earlier.pages,
+        }
+    }
+
+    /// `total` over the calls, `None` without calls.
+    fn per_call(self, total: f64) -> Option<f64> {
+        (self.calls > 0).then(|| total / self.calls as f64)
+    }
+}
+
+/// Each statement's calls, mean and pages a call before (`start − baseline`) and while pinned
+/// (`end − start`), the framework's first, each group by its time while pinned; statements of no one
 /// and statements not called in either window are left out, and so is a statement whose count
 /// went back (`pg_stat_statements` evicted it: a busy server, such as a test run's many
 /// databases, sees more distinct statements than it keeps). `Err` when every statement counted
@@ -514,10 +543,7 @@ pub fn compare(
     framework_tables: &[&str],
 ) -> Result<Compared, String> {
     let by_id = |counts: &[StatementCount]| -> HashMap<i64, Totals> {
-        counts
-            .iter()
-            .map(|c| (c.queryid, (c.calls, c.total_ms, c.pages)))
-            .collect()
+        counts.iter().map(|c| (c.queryid, Totals::of(c))).collect()
     };
     let (at_baseline, at_start, at_end) = (by_id(baseline), by_id(start), by_id(end));
     let mut out = Vec::new();
@@ -532,25 +558,21 @@ pub fn compare(
         let Some(owner) = owner(&count.query, schema, framework_tables) else {
             continue;
         };
-        let of = |counts: &HashMap<i64, Totals>| {
-            counts.get(&count.queryid).copied().unwrap_or((0, 0.0, 0))
-        };
+        let of =
+            |counts: &HashMap<i64, Totals>| counts.get(&count.queryid).copied().unwrap_or_default();
         let (at_baseline, at_start, at_end) = (of(&at_baseline), of(&at_start), of(&at_end));
-        let between = |from: Totals, to: Totals| (to.0 - from.0, to.1 - from.1, to.2 - from.2);
-        let (before, pinned) = (between(at_baseline, at_start), between(at_start, at_end));
-        if before.0 < 0 || pinned.0 < 0 {
+        let (before, pinned) = (at_start.since(at_baseline), at_end.since(at_start));
+        if before.calls < 0 || pinned.calls < 0 {
             went_back += 1;
             continue;
         }
-        if at_start.0 > 0 || at_baseline.0 > 0 {
+        if at_start.calls > 0 || at_baseline.calls > 0 {
             kept += 1;
         }
-        if before.0 == 0 && pinned.0 == 0 {
+        if before.calls == 0 && pinned.calls == 0 {
             continue;
         }
-        let mean = |(calls, ms, _): Totals| (calls > 0).then(|| ms / calls as f64);
-        let (mean_before, mean_pinned) = (mean(before), mean(pinned));
-        let pages = |(calls, _, pages): Totals| (calls > 0).then(|| pages as f64 / calls as f64);
+        let (mean_before, mean_pinned) = (before.per_call(before.ms), pinned.per_call(pinned.ms));
         let ratio = match (mean_before, mean_pinned) {
             (Some(b), Some(p)) if b > 0.0 => Some(p / b),
             _ => None,
@@ -559,16 +581,16 @@ pub fn compare(
             queryid: count.queryid,
             query: pg_statements::collapse(&strip_comments(&count.query), 160),
             owner,
-            calls_before: before.0,
-            calls_pinned: pinned.0,
+            calls_before: before.calls,
+            calls_pinned: pinned.calls,
             mean_ms_before: mean_before,
             mean_ms_pinned: mean_pinned,
-            pages_before: pages(before),
-            pages_pinned: pages(pinned),
+            pages_before: before.per_call(before.pages as f64),
+            pages_pinned: pinned.per_call(pinned.pages as f64),
             ratio,
             judged: owner == Owner::Framework
-                && before.0 >= MIN_CALLS
-                && pinned.0 >= MIN_CALLS
+                && before.calls >= MIN_CALLS
+                && pinned.calls >= MIN_CALLS
                 && ratio.is_some(),
         });
     }
@@ -996,15 +1018,21 @@ impl PinnedWindow {
     }
 }
 
-/// A mean in milliseconds, or `—` when the window did not call the statement.
-fn ms(mean: Option<f64>) -> String {
-    mean.map_or("—".to_string(), |m| format!("{m:.3}"))
+/// A figure of a window to `decimals` places, or `—` when the window did not call the
+/// statement.
+fn per_call(value: Option<f64>, decimals: usize) -> String {
+    value.map_or("—".to_string(), |v| format!("{v:.decimals$}"))
 }
 
-/// Pages a call before → while pinned (`12.0 → 13.5`), `—` for a window without calls.
+/// A mean in milliseconds.
+fn ms(mean: Option<f64>) -> String {
+    per_call(mean, 3)
+}
+
+/// Pages a call before → while pinned (`12.0 → 13.5`).
 fn pages(st: &PinnedStatement) -> String {
-    let one = |p: Option<f64>| p.map_or("—".to_string(), |p| format!("{p:.1}"));
-    format!("{} → {}", one(st.pages_before), one(st.pages_pinned))
+    let (before, pinned) = (per_call(st.pages_before, 1), per_call(st.pages_pinned, 1));
+    format!("{before} → {pinned}")
 }
 
 /// `1.23×`, `(1.23×)` when not judged, `new` when not called before, `—` when not called while
