@@ -15,21 +15,40 @@ pub const TEST_PROJECT: &str = "courier-test";
 pub struct TestPubSub {
     /// `host:port` of the emulator.
     pub host: String,
+    /// The Java heap it was started with; `None` for the one at `PUBSUB_EMULATOR_HOST`.
+    pub heap_mib: Option<u64>,
 }
 
 static EMULATOR: OnceCell<TestPubSub> = OnceCell::const_new();
 
+/// The Java heap of an emulator started for a test binary: enough for the ~500,000 messages a
+/// test binary publishes at most (see [`TestPubSub::get_with_heap`]).
+pub const TEST_HEAP_MIB: u64 = 1024;
+
 impl TestPubSub {
-    /// The emulator at `PUBSUB_EMULATOR_HOST`, or one started for this binary.
+    /// The emulator at `PUBSUB_EMULATOR_HOST`, or one started for this binary with
+    /// [`TEST_HEAP_MIB`] of heap.
     pub async fn get() -> anyhow::Result<TestPubSub> {
+        Self::get_with_heap(TEST_HEAP_MIB).await
+    }
+
+    /// The emulator at `PUBSUB_EMULATOR_HOST`, or one started for this binary with `heap_mib`
+    /// of Java heap (the first call of the binary decides). The emulator keeps every message
+    /// published to it, acked or not, for as long as it runs (about 1.7 KB each with Courier's
+    /// attributes); once they fill its heap it spends its CPU collecting garbage and fails
+    /// publishes, so a long run needs a heap sized for what it will publish.
+    pub async fn get_with_heap(heap_mib: u64) -> anyhow::Result<TestPubSub> {
         EMULATOR
             .get_or_try_init(|| async {
                 match std::env::var("PUBSUB_EMULATOR_HOST") {
                     Ok(host) if !host.is_empty() => {
                         wait_ready(&host).await?;
-                        Ok(TestPubSub { host })
+                        Ok(TestPubSub {
+                            host,
+                            heap_mib: None,
+                        })
                     }
-                    _ => start_emulator().await,
+                    _ => start_emulator(heap_mib).await,
                 }
             })
             .await
@@ -118,7 +137,7 @@ pub fn free_port() -> anyhow::Result<u16> {
 
 /// Starts the emulator under a watchdog shell that stops it (its whole process group) when
 /// this test process exits, however it exits.
-async fn start_emulator() -> anyhow::Result<TestPubSub> {
+async fn start_emulator(heap_mib: u64) -> anyhow::Result<TestPubSub> {
     let launcher = emulator_launcher()?;
     let port = free_port()?;
     let log_dir = std::env::temp_dir().join("courier-emulator-logs");
@@ -139,14 +158,17 @@ async fn start_emulator() -> anyhow::Result<TestPubSub> {
         .arg(port.to_string())
         .arg(&log)
         .arg(std::process::id().to_string())
-        .env("JAVA_OPTS", "-Xmx1g")
+        .env("JAVA_OPTS", format!("-Xmx{heap_mib}m"))
         .spawn()
         .with_context(|| format!("start {}", launcher.display()))?;
     let host = format!("127.0.0.1:{port}");
     wait_ready(&host)
         .await
         .with_context(|| format!("emulator log: {}", log.display()))?;
-    Ok(TestPubSub { host })
+    Ok(TestPubSub {
+        host,
+        heap_mib: Some(heap_mib),
+    })
 }
 
 /// Waits until the emulator answers HTTP on `host`.

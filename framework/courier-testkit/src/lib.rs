@@ -34,7 +34,7 @@ pub use api::{Api, Reply};
 pub use broker_proxy::BrokerProxy;
 pub use collector::{Collector, Received};
 pub use db::TestDb;
-pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub};
+pub use emulator::{emulator_launcher, free_port, wait_ready, TestPubSub, TEST_HEAP_MIB};
 pub use plans::generic_plan;
 pub use services::{run_options, service_config, Declaration, ServiceStack};
 pub use tls_postgres::TlsPostgres;

@@ -7,6 +7,7 @@
 //! then on, and the report compares each framework statement before and while pinned (`pin`).
 
 use crate::harness::drive::{Load, Pace};
+use crate::harness::emulator_heap;
 use crate::harness::faults::FaultArgs;
 use crate::harness::pin::PinArgs;
 use crate::harness::pipeline::{Pipeline, Setup};
@@ -58,7 +59,12 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
     let pin = args
         .pin
         .schedule(args.minutes * 60.0, "the soak's writes")?;
-    let pubsub = TestPubSub::get().await?;
+    // The emulator keeps every message: a heap for the soak's writes when the rate is given,
+    // else as much as the machine can spare (the rate comes from a probe on this emulator).
+    let soak_writes = args
+        .rate
+        .map(|rate| (rate as f64 * args.minutes * 60.0 * 1.1) as u64);
+    let pubsub = TestPubSub::get_with_heap(emulator_heap::heap_mib(soak_writes)).await?;
     let p = &args.pipeline;
     let mut pipeline = Pipeline::launch(
         dir,
@@ -110,6 +116,12 @@ pub async fn run(args: SoakArgs, dir: &Path) -> anyhow::Result<Report> {
         ("rate_per_second".into(), format!("{rate:.0}")),
         ("warm_up_share".into(), args.warm_up.to_string()),
         ("faults".into(), faults),
+        (
+            "emulator_heap".into(),
+            pubsub
+                .heap_mib
+                .map_or("PUBSUB_EMULATOR_HOST's".into(), |mib| format!("{mib} MiB")),
+        ),
     ]);
     if let Some(pin) = pin {
         report.parameters.push(("pin_xmin".into(), pin.describe()));

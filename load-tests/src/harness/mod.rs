@@ -6,6 +6,7 @@ pub mod canary;
 pub mod checker;
 pub mod cpu;
 pub mod drive;
+pub mod emulator_heap;
 pub mod faults;
 pub mod fixtures;
 pub mod hops;
