@@ -472,6 +472,12 @@ fn a_soak_with_the_xmin_horizon_pinned_reports_the_pinned_window() {
         pin["oldest_snapshot_at_release_s"].as_f64().is_some(),
         "the pin's own snapshot was not seen: {pin}"
     );
+    assert!(
+        pin["run_queue"]
+            .as_array()
+            .is_some_and(|waits| waits.iter().any(|w| w["pinned"].as_f64().is_some())),
+        "no backend's run-queue wait read while pinned: {pin}"
+    );
     assert!(!parameter(&report, "emulator_heap").is_empty());
     let goals = report["goals"].as_array().expect("goals");
     for goal in [

@@ -17,5 +17,6 @@ pub mod pin;
 pub mod pipeline;
 pub mod processes;
 pub mod rig;
+pub mod run_queue;
 pub mod stages;
 pub mod workload;

@@ -20,6 +20,7 @@ use crate::harness::drive::WritePhase;
 use crate::harness::drive::{Origin, Sample};
 use crate::harness::pg_statements::{self, Snapshot, StatementCount, HARNESS_TAG};
 use crate::harness::rig::Rig;
+use crate::harness::run_queue::{self, BackendTimes, RunQueueWait};
 use crate::report::measures::Goal;
 use anyhow::Context as _;
 use serde::Serialize;
@@ -131,6 +132,8 @@ pub struct Baseline {
     pub at: f64,
     /// `None`: `pg_stat_statements` cannot be read.
     pub counts: Option<Snapshot>,
+    /// The run database's backends then (none at the launch: every backend starts later).
+    pub backends: Vec<BackendTimes>,
 }
 
 /// A pinned horizon: the transaction holding it and what was read as it started.
@@ -143,6 +146,7 @@ pub struct Pin {
     pub release_at: Option<f64>,
     baseline: Baseline,
     at_start: Option<Snapshot>,
+    backends_at_start: Vec<BackendTimes>,
     tuples_at_start: Vec<TupleCount>,
     schema: String,
 }
@@ -166,6 +170,7 @@ impl Pin {
             Some(_) => pg_statements::snapshot(&reader).await,
             None => None,
         };
+        let backends_at_start = run_queue::read(&reader).await;
         let tuples_at_start = tuples(&reader, &schema).await?;
         let holder = rig.client().await.context("connect the xmin pin")?;
         // A server-wide idle timeout would end the pin early: this session is idle on purpose.
@@ -191,6 +196,7 @@ impl Pin {
             release_at,
             baseline,
             at_start,
+            backends_at_start,
             tuples_at_start,
             schema,
         })
@@ -201,21 +207,27 @@ impl Pin {
     /// goes on.
     pub async fn release(self, rig: &Rig, origin: Origin) -> PinReading {
         let mut notes = Vec::new();
-        let (at_end, tuples_at_end, oldest) = match rig.client().await {
+        let (at_end, backends_at_end, tuples_at_end, oldest) = match rig.client().await {
             Ok(reader) => {
                 let at_end = match &self.at_start {
                     Some(_) => pg_statements::snapshot(&reader).await,
                     None => None,
                 };
+                let backends_at_end = run_queue::read(&reader).await;
                 let tuples_at_end = tuples(&reader, &self.schema).await.unwrap_or_else(|e| {
                     notes.push(format!("tuples at the pin's release not read: {e:#}"));
                     Vec::new()
                 });
-                (at_end, tuples_at_end, oldest_snapshot(&reader).await)
+                (
+                    at_end,
+                    backends_at_end,
+                    tuples_at_end,
+                    oldest_snapshot(&reader).await,
+                )
             }
             Err(e) => {
                 notes.push(format!("nothing read at the pin's release: {e:#}"));
-                (None, Vec::new(), None)
+                (None, Vec::new(), Vec::new(), None)
             }
         };
         if self.holder.is_closed() || self.holder.batch_execute("COMMIT").await.is_err() {
@@ -236,6 +248,11 @@ impl Pin {
             statements_from: self.baseline.at,
             schema: self.schema,
             statements,
+            backends: [
+                self.baseline.backends,
+                self.backends_at_start,
+                backends_at_end,
+            ],
             tuples_at_start: self.tuples_at_start,
             tuples_at_end,
             oldest_snapshot_at_release: oldest,
@@ -293,6 +310,9 @@ pub struct PinReading {
     /// The statement counts at `statements_from`, at the pin's start and at its release;
     /// `None` when `pg_stat_statements` could not be read at one of them.
     pub statements: Option<[Snapshot; 3]>,
+    /// The run database's backends at `statements_from`, at the pin's start and at its
+    /// release (empty where not read).
+    pub backends: [Vec<BackendTimes>; 3],
     pub tuples_at_start: Vec<TupleCount>,
     pub tuples_at_end: Vec<TupleCount>,
     pub oldest_snapshot_at_release: Option<f64>,
@@ -377,6 +397,8 @@ impl PinReading {
             .iter()
             .filter_map(|s| s.oldest_snapshot_secs)
             .max_by(f64::total_cmp);
+        let [baseline, start, end] = &self.backends;
+        let run_queue = run_queue::compare([baseline, start, end]);
         let window = PinnedWindow {
             cause: self.cause,
             from_s: self.from,
@@ -388,6 +410,7 @@ impl PinReading {
             oldest_snapshot_at_release_s: self.oldest_snapshot_at_release,
             oldest_snapshot_max_s,
             backlog,
+            run_queue,
             notes,
         };
         (window, goals)
@@ -894,6 +917,9 @@ pub struct PinnedWindow {
     /// The oldest snapshot's age at its highest over the run, as sampled.
     pub oldest_snapshot_max_s: Option<f64>,
     pub backlog: BacklogPeaks,
+    /// Seconds each application's backends waited for a core per second of CPU, before and
+    /// while pinned: what a statement's time holds besides its work on a busy machine.
+    pub run_queue: Vec<RunQueueWait>,
     pub notes: Vec<String>,
 }
 
@@ -943,6 +969,15 @@ impl PinnedWindow {
         ))
     }
 
+    fn run_queue_line(&self) -> Option<String> {
+        run_queue::describe(&self.run_queue).map(|waits| {
+            format!(
+                "PostgreSQL backends' run-queue wait per second of CPU, before → pinned \
+                 (/proc/<pid>/schedstat): {waits}"
+            )
+        })
+    }
+
     fn backlog_line(&self) -> String {
         let peak = |p: Option<i64>| p.map_or("none sampled".to_string(), |n| n.to_string());
         format!(
@@ -979,7 +1014,11 @@ impl PinnedWindow {
                 );
             }
         }
-        if let Some(line) = self.per_write_line() {
+        for line in self
+            .per_write_line()
+            .into_iter()
+            .chain(self.run_queue_line())
+        {
             out += &format!("    {line}\n");
         }
         out += "    dead tuples (live) at the pin's start → release:";
@@ -1034,7 +1073,11 @@ impl PinnedWindow {
                 );
             }
         }
-        if let Some(line) = self.per_write_line() {
+        for line in self
+            .per_write_line()
+            .into_iter()
+            .chain(self.run_queue_line())
+        {
             out += &format!("\n{line}.\n");
         }
         out += "\n| table | dead at start | dead at release | live at start | live at release |\n\
@@ -1407,6 +1450,21 @@ mod tests {
                     evictions: None,
                 }),
             ),
+            backends: [
+                Vec::new(),
+                vec![BackendTimes {
+                    pid: 7,
+                    application: "courier-relay".into(),
+                    cpu_ns: 1_000,
+                    wait_ns: 2_000,
+                }],
+                vec![BackendTimes {
+                    pid: 7,
+                    application: "courier-relay".into(),
+                    cpu_ns: 2_000,
+                    wait_ns: 6_000,
+                }],
+            ],
             tuples_at_start: vec![TupleCount {
                 table: "outbox".into(),
                 live: 10,
@@ -1446,7 +1504,11 @@ mod tests {
         assert!(text.contains("0.20×"), "{text}");
         assert!(text.contains(" 2.0 → 2.0  UPDATE"), "pages a call: {text}");
         assert!(text.contains("55.0 s at the release"), "{text}");
+        let waits = "run-queue wait per second of CPU, before → pinned (/proc/<pid>/schedstat): \
+                     courier-relay 2.00 → 4.00";
+        assert!(text.contains(waits), "{text}");
         let md = window.to_markdown();
+        assert!(md.contains(waits), "{md}");
         assert!(
             md.contains("| framework | 500 | 500 | 1.000 | 0.200 | 0.20× | 2.0 → 2.0 |"),
             "{md}"

@@ -164,6 +164,7 @@ impl Pipeline {
             pin_baseline: Baseline {
                 at: 0.0,
                 counts: statements.then(Snapshot::default),
+                backends: Vec::new(),
             },
             pins: Vec::new(),
             write_phases: Vec::new(),
@@ -240,6 +241,7 @@ impl Pipeline {
         self.pin_baseline = Baseline {
             at: reading.to,
             counts: reading.statements.as_ref().map(|[_, _, end]| end.clone()),
+            backends: reading.backends[2].clone(),
         };
         self.pins.push(reading);
     }
