@@ -26,6 +26,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
+use std::time::{Duration, Instant};
 
 /// Seconds the `pin-xmin` fault holds its pin (cut short at the end of the writes): long
 /// enough for the relay's updates to leave thousands of dead versions behind it.
@@ -147,9 +148,17 @@ pub struct Pin {
     baseline: Baseline,
     at_start: Option<Snapshot>,
     backends_at_start: Vec<BackendTimes>,
+    /// Reads the backends while pinned ([`Pin::observe_backends`]).
+    observer: tokio_postgres::Client,
+    observed_at: Instant,
+    backends_seen: run_queue::Seen,
     tuples_at_start: Vec<TupleCount>,
     schema: String,
 }
+
+/// How often [`Pin::observe_backends`] reads the backends: a backend that ends counts up to
+/// its last reading.
+const OBSERVE_BACKENDS_EVERY: Duration = Duration::from_secs(2);
 
 impl Pin {
     /// Reads the statement counts and the framework tables' tuples, then opens the pinning
@@ -189,6 +198,8 @@ impl Pin {
             )
             .await
             .context("take the pin's snapshot")?;
+        let mut backends_seen = run_queue::Seen::default();
+        backends_seen.add(backends_at_start.clone());
         Ok(Self {
             holder,
             cause,
@@ -197,9 +208,23 @@ impl Pin {
             baseline,
             at_start,
             backends_at_start,
+            observer: reader,
+            observed_at: Instant::now(),
+            backends_seen,
             tuples_at_start,
             schema,
         })
+    }
+
+    /// Reads the run database's backends again, at most every [`OBSERVE_BACKENDS_EVERY`]
+    /// (call it while pinned), so those that end before the release still count.
+    pub async fn observe_backends(&mut self) {
+        if self.observed_at.elapsed() < OBSERVE_BACKENDS_EVERY {
+            return;
+        }
+        self.observed_at = Instant::now();
+        self.backends_seen
+            .add(run_queue::read(&self.observer).await);
     }
 
     /// Reads again while still pinned (statement counts, tuples, the oldest snapshot), then
@@ -248,11 +273,11 @@ impl Pin {
             statements_from: self.baseline.at,
             schema: self.schema,
             statements,
-            backends: [
-                self.baseline.backends,
-                self.backends_at_start,
-                backends_at_end,
-            ],
+            backends: [self.baseline.backends, self.backends_at_start, {
+                let mut seen = self.backends_seen;
+                seen.add(backends_at_end);
+                seen.into_vec()
+            }],
             tuples_at_start: self.tuples_at_start,
             tuples_at_end,
             oldest_snapshot_at_release: oldest,

@@ -249,6 +249,9 @@ impl Pipeline {
     /// Releases a pin whose time is up and starts the one `--pin-xmin-at` asked for once it
     /// is due (after the pin held, if another is); call periodically during a run.
     pub async fn tend_pin(&mut self) -> anyhow::Result<()> {
+        if let Some(pin) = &mut self.pin {
+            pin.observe_backends().await;
+        }
         let now = self.origin.seconds();
         if self
             .pin

@@ -45,6 +45,32 @@ pub async fn read(client: &tokio_postgres::Client) -> Vec<BackendTimes> {
         .collect()
 }
 
+/// The latest reading of every backend seen while pinned: one that ended before the pin's
+/// release (a writer's, once the writes are over) keeps its last reading, so its time counts.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    backends: Vec<BackendTimes>,
+}
+
+impl Seen {
+    /// Takes `reading`'s figures in place of the same backends' earlier ones.
+    pub fn add(&mut self, reading: Vec<BackendTimes>) {
+        for now in reading {
+            let same = self.backends.iter_mut().find(|b| {
+                b.pid == now.pid && b.application == now.application && b.cpu_ns <= now.cpu_ns
+            });
+            match same {
+                Some(earlier) => *earlier = now,
+                None => self.backends.push(now),
+            }
+        }
+    }
+
+    pub fn into_vec(self) -> Vec<BackendTimes> {
+        self.backends
+    }
+}
+
 /// Seconds an application's backends waited on the run queue per second of CPU they got,
 /// before and while pinned.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -173,5 +199,27 @@ mod tests {
             }]
         );
         assert_eq!(describe(&[]), None);
+    }
+
+    #[test]
+    fn a_backend_that_ended_keeps_its_last_reading() {
+        let mut seen = Seen::default();
+        seen.add(vec![
+            backend(1, "writer", 100, 100),
+            backend(2, "relay", 100, 100),
+        ]);
+        seen.add(vec![
+            backend(1, "writer", 300, 900),
+            backend(2, "relay", 200, 200),
+        ]);
+        // The writer ended; the relay goes on.
+        seen.add(vec![backend(2, "relay", 400, 600)]);
+        assert_eq!(
+            seen.into_vec(),
+            vec![
+                backend(1, "writer", 300, 900),
+                backend(2, "relay", 400, 600)
+            ]
+        );
     }
 }
