@@ -335,8 +335,8 @@ pub struct PinReading {
     /// The statement counts at `statements_from`, at the pin's start and at its release;
     /// `None` when `pg_stat_statements` could not be read at one of them.
     pub statements: Option<[Snapshot; 3]>,
-    /// The run database's backends at `statements_from`, at the pin's start and at its
-    /// release (empty where not read).
+    /// The run database's backends at `statements_from`, at the pin's start, and each one's
+    /// last reading while pinned (at the release, or before it ended); empty where not read.
     pub backends: [Vec<BackendTimes>; 3],
     pub tuples_at_start: Vec<TupleCount>,
     pub tuples_at_end: Vec<TupleCount>,
