@@ -538,10 +538,15 @@ impl PinnedStatement {
 
     /// Pages a call while pinned over pages a call before, when both windows called it.
     pub fn pages_ratio(&self) -> Option<f64> {
-        match (self.pages_before, self.pages_pinned) {
-            (Some(before), Some(pinned)) if before > 0.0 => Some(pinned / before),
-            _ => None,
-        }
+        pinned_over_before(self.pages_before, self.pages_pinned)
+    }
+}
+
+/// A figure while pinned over the same before, when both windows have it and before is above 0.
+fn pinned_over_before(before: Option<f64>, pinned: Option<f64>) -> Option<f64> {
+    match (before, pinned) {
+        (Some(before), Some(pinned)) if before > 0.0 => Some(pinned / before),
+        _ => None,
     }
 }
 
@@ -630,10 +635,7 @@ pub fn compare(
             continue;
         }
         let (mean_before, mean_pinned) = (before.per_call(before.ms), pinned.per_call(pinned.ms));
-        let ratio = match (mean_before, mean_pinned) {
-            (Some(b), Some(p)) if b > 0.0 => Some(p / b),
-            _ => None,
-        };
+        let ratio = pinned_over_before(mean_before, mean_pinned);
         out.push(PinnedStatement {
             queryid: count.queryid,
             query: pg_statements::collapse(&strip_comments(&count.query), 160),

@@ -18,6 +18,16 @@ pub struct BackendTimes {
     pub wait_ns: u64,
 }
 
+impl BackendTimes {
+    /// Whether `self` is an earlier reading of the backend `later` was read from: the same pid
+    /// and application, and no more CPU (a reused pid starts again from zero).
+    fn precedes(&self, later: &BackendTimes) -> bool {
+        self.pid == later.pid
+            && self.application == later.application
+            && self.cpu_ns <= later.cpu_ns
+    }
+}
+
 /// Every client backend of the current database with its scheduler times; empty when the
 /// server's processes are not this machine's (or `pg_stat_activity` cannot be read).
 pub async fn read(client: &tokio_postgres::Client) -> Vec<BackendTimes> {
@@ -56,10 +66,7 @@ impl Seen {
     /// Takes `reading`'s figures in place of the same backends' earlier ones.
     pub fn add(&mut self, reading: Vec<BackendTimes>) {
         for now in reading {
-            let same = self.backends.iter_mut().find(|b| {
-                b.pid == now.pid && b.application == now.application && b.cpu_ns <= now.cpu_ns
-            });
-            match same {
+            match self.backends.iter_mut().find(|b| b.precedes(&now)) {
                 Some(earlier) => *earlier = now,
                 None => self.backends.push(now),
             }
@@ -89,9 +96,7 @@ fn wait_per_cpu(earlier: &[BackendTimes], later: &[BackendTimes]) -> BTreeMap<St
     for now in later {
         let (cpu_then, wait_then) = earlier
             .iter()
-            .find(|b| {
-                b.pid == now.pid && b.application == now.application && b.cpu_ns <= now.cpu_ns
-            })
+            .find(|b| b.precedes(now))
             .map_or((0, 0), |then| (then.cpu_ns, then.wait_ns));
         let sum = sums.entry(now.application.clone()).or_default();
         sum.0 += now.cpu_ns - cpu_then;
