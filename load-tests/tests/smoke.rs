@@ -516,6 +516,60 @@ fn a_soak_with_the_xmin_horizon_pinned_reports_the_pinned_window() {
     let _ = std::fs::remove_dir_all(out);
 }
 
+/// The application's rows appended (`--app-rows appended`) with delta events, under a pin:
+/// the writers append each key's next version and the projection its fields on the newest,
+/// and the checker compares the two views field by field. The writers' append reads the key's
+/// newest version first, so its pages a call must not grow with the versions the pin keeps,
+/// as an in-place upsert's do: that is what the switch is for.
+#[test]
+fn a_pinned_soak_with_the_applications_rows_appended_is_checked_and_its_appends_stay_flat() {
+    let (report, out) = run(
+        "soak",
+        &[
+            "--minutes",
+            "0.5",
+            "--rate",
+            "200",
+            "--pin-xmin-at",
+            "10",
+            "--probe-seconds",
+            "2",
+            "--writers",
+            "2",
+            "--keys",
+            "50",
+            "--app-rows",
+            "appended",
+            "--workload",
+            "delta",
+        ],
+    );
+    assert_clean("soak", &report);
+    let shape = parameter(&report, "shape");
+    assert!(shape.contains("rows appended"), "{shape}");
+    let pin = &report["pins"][0];
+    let append = pin["statements"]
+        .as_array()
+        .and_then(|statements| {
+            statements.iter().find(|s| {
+                s["owner"] == "harness"
+                    && s["query"]
+                        .as_str()
+                        .is_some_and(|q| q.contains("FROM load.source_log"))
+            })
+        })
+        .unwrap_or_else(|| panic!("the writers' append was not compared: {pin}"));
+    let (before, pinned) = (
+        append["pages_before"].as_f64().expect("pages before"),
+        append["pages_pinned"].as_f64().expect("pages pinned"),
+    );
+    assert!(
+        pinned <= 1.5 * before,
+        "the writers' append read {before:.1} → {pinned:.1} pages a call: {append}"
+    );
+    let _ = std::fs::remove_dir_all(out);
+}
+
 /// `claim-cost` runs the relay's own claim statement (under EXPLAIN too), so it breaks when
 /// that statement's parameters change: run it small, so such a change is caught here.
 #[test]

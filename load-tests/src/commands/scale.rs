@@ -4,7 +4,7 @@
 use crate::harness::fixtures::{events, fill, poll_until_done, set_shards_idle};
 use crate::harness::processes::{Role, Workers};
 use crate::harness::rig::{PipelineArgs, Place, Rig, Takeover};
-use crate::harness::workload::{KeySpace, Workload};
+use crate::harness::workload::{AppRows, KeySpace, Workload};
 use crate::report::measures::{Goal, Rate, Ratio};
 use crate::report::Report;
 use anyhow::Context as _;
@@ -45,6 +45,7 @@ pub async fn run(args: ScaleArgs, dir: &Path) -> anyhow::Result<Report> {
         key_space: KeySpace::Reused,
         updates: 0,
         workload: Workload::Whole,
+        app_rows: AppRows::InPlace,
         relay_only: true,
         writers: 1,
     };

@@ -2,7 +2,7 @@
 //! own, so the harness can measure it, kill it with SIGKILL and start it again.
 
 use crate::harness::rig::Rig;
-use crate::harness::workload::{LoadProjection, Workload};
+use crate::harness::workload::{AppRows, LoadProjection, Workload};
 use courier::inbound::{Consumer, ConsumerOptions, ConsumerSpec};
 use courier::relay::{Relay, RelayOptions};
 use courier::CourierConfig;
@@ -33,6 +33,9 @@ enum WorkerRole {
         /// What the events carry (delta projections need contiguous versions).
         #[arg(long, value_enum)]
         workload: Workload,
+        /// How the projection writes the read model.
+        #[arg(long, value_enum)]
+        app_rows: AppRows,
         /// Lock timeout of each projection transaction, milliseconds.
         #[arg(long)]
         lock_timeout_millis: Option<u64>,
@@ -48,6 +51,8 @@ pub fn consumer_args(rig: &Rig) -> Vec<String> {
         rig.dead_letter_topic.clone(),
         "--workload".into(),
         rig.workload.name().into(),
+        "--app-rows".into(),
+        rig.app_rows.name().into(),
     ];
     if let Some(timeout) = rig.consumer_lock_timeout {
         args.push("--lock-timeout-millis".into());
@@ -88,6 +93,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             subscription,
             dead_letter_topic,
             workload,
+            app_rows,
             lock_timeout_millis,
         } => {
             let config = CourierConfig::load(&config)?;
@@ -99,7 +105,11 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
             let consumer = Consumer::spawn(
                 &config,
                 spec,
-                LoadProjection::new(workload, lock_timeout_millis.map(Duration::from_millis))?,
+                LoadProjection::new(
+                    workload,
+                    lock_timeout_millis.map(Duration::from_millis),
+                    app_rows,
+                )?,
                 ConsumerOptions::default(),
             )?;
             stopped().await;

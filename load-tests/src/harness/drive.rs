@@ -120,7 +120,7 @@ pub async fn write_for(
     let pool = courier::db::pool(&database, "courier-load writer")?;
     let mut tasks = Vec::new();
     for _ in 0..writers {
-        let writer = Writer::new(config, topic, shape.workload);
+        let writer = Writer::new(config, topic, shape);
         let mut keys = KeyPicker::new(shape);
         let pool = pool.clone();
         let due_rx = due_rx.clone();

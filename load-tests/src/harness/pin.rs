@@ -47,7 +47,7 @@ const BACKLOG_FACTOR: f64 = 2.0;
 /// which doubled says nothing.
 const BACKLOG_SLACK_SECS: f64 = 5.0;
 
-/// The schema of the harness's own tables (`workload::SCHEMA`).
+/// The schema of the harness's own tables (`workload.rs`).
 const APP_SCHEMA: &str = "load";
 
 /// `--pin-xmin-at` and `--pin-xmin-for`, for the pipeline commands.

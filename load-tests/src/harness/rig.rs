@@ -2,7 +2,7 @@
 //! subscription and dead-letter topic, and a config file the worker processes read.
 
 use crate::harness::checker::Scope;
-use crate::harness::workload::{self, KeySpace, Shape, Workload};
+use crate::harness::workload::{self, AppRows, KeySpace, Shape, Workload};
 use anyhow::Context as _;
 use courier::pubsub::{PubSub, SubscriptionSpec};
 use courier::CourierConfig;
@@ -34,6 +34,12 @@ pub struct PipelineArgs {
     /// applied out of order leaves a wrong field.
     #[arg(long, value_enum, default_value_t = Workload::Whole)]
     pub workload: Workload,
+    /// How the writers and the projection write the application's own rows: `in-place`
+    /// updates a row per aggregate, as most services do; `appended` adds each version and
+    /// reads the newest, as Courier's own tables do, so a long transaction pinning the xmin
+    /// horizon (--pin-xmin-at) slows only the framework's statements, if anything.
+    #[arg(long, value_enum, default_value_t = AppRows::InPlace)]
+    pub app_rows: AppRows,
     /// No consumer: the relay publishes to a topic that no subscription reads, and the run
     /// measures the write side alone (the emulator degrades with many ordering keys on an
     /// ordered subscription being read; real Pub/Sub does not).
@@ -51,6 +57,7 @@ impl PipelineArgs {
             keys: self.keys,
             updates: self.updates,
             workload: self.workload,
+            rows: self.app_rows,
         }
     }
 
@@ -111,6 +118,8 @@ pub struct Rig {
     /// What the events carry, and so whether the consumer's projection needs contiguous
     /// versions.
     pub workload: Workload,
+    /// How the consumer's projection writes the read model.
+    pub app_rows: AppRows,
     /// The lock timeout of the consumer's projection transactions (see `faults`).
     pub consumer_lock_timeout: Option<Duration>,
     pub config: CourierConfig,
@@ -146,7 +155,7 @@ impl Rig {
         ack_deadline_secs: i32,
         takeover: Takeover,
     ) -> anyhow::Result<Self> {
-        let db = workload::database(place.database_server.as_deref()).await?;
+        let db = workload::database(place.database_server.as_deref(), args.app_rows).await?;
         let mut config = CourierConfig {
             database: db.config.clone(),
             pubsub: courier::config::PubSubConfig {
@@ -203,6 +212,7 @@ impl Rig {
             scope: args.scope(),
             key_space: args.key_space,
             workload: args.workload,
+            app_rows: args.app_rows,
             consumer_lock_timeout: None,
             config,
             topic,

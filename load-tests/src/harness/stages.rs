@@ -12,7 +12,7 @@
 
 use crate::harness::cpu::{cores, shared_machine_bound, CpuMeter, CpuUse};
 use crate::harness::drive::{self, Load, Origin, Pace};
-use crate::harness::workload::Shape;
+use crate::harness::workload::{AppRows, Shape};
 use crate::report::measures::{Rate, Ratio};
 use anyhow::Context as _;
 use courier_testkit::{test_config, TestPubSub};
@@ -56,7 +56,7 @@ pub async fn write_transaction(
     shape: Shape,
     seconds: u64,
 ) -> anyhow::Result<Stage> {
-    let db = crate::harness::workload::database(None).await?;
+    let db = crate::harness::workload::database(None, shape.rows).await?;
     let config = test_config(&db, pubsub);
     let meter = CpuMeter::start(&pubsub.host);
     let load = Load {
@@ -83,7 +83,7 @@ pub async fn projection_transaction(
 ) -> anyhow::Result<Stage> {
     const INBOX: &str = "INSERT INTO courier.inbox (consumer_group, event_id, publish_time)
                          VALUES ('stages', $1, now()) ON CONFLICT DO NOTHING";
-    let db = crate::harness::workload::database(None).await?;
+    let db = crate::harness::workload::database(None, AppRows::InPlace).await?;
     let upsert = courier::inbound::VersionedUpsert::new(
         "load.projection",
         &["aggregate_id"],

@@ -26,13 +26,9 @@ use rand::Rng as _;
 use std::time::Duration;
 use tokio_postgres::types::ToSql;
 
-/// Creates the workload's tables (idempotent).
-pub const SCHEMA: &str = "
+/// Creates the workload's tables but the aggregates' own (idempotent).
+const LOGS: &str = "
     CREATE SCHEMA IF NOT EXISTS load;
-    CREATE TABLE IF NOT EXISTS load.source (
-        aggregate_id text PRIMARY KEY,
-        version bigint NOT NULL,
-        a text NOT NULL, b text NOT NULL, c text NOT NULL);
     CREATE TABLE IF NOT EXISTS load.writes (
         seq bigserial UNIQUE,
         aggregate_id text NOT NULL,
@@ -51,22 +47,81 @@ pub const SCHEMA: &str = "
         publish_time timestamptz,
         received_at timestamptz,
         -- The projection transaction: events per transaction = rows / distinct values.
-        tx bigint NOT NULL DEFAULT txid_current());
+        tx bigint NOT NULL DEFAULT txid_current());";
+
+/// The source of truth and the read model, a row per aggregate updated in place.
+const ROWS_IN_PLACE: &str = "
+    CREATE TABLE IF NOT EXISTS load.source (
+        aggregate_id text PRIMARY KEY,
+        version bigint NOT NULL,
+        a text NOT NULL, b text NOT NULL, c text NOT NULL);
     CREATE TABLE IF NOT EXISTS load.projection (
         aggregate_id text PRIMARY KEY,
         version bigint NOT NULL,
         a text NOT NULL, b text NOT NULL, c text NOT NULL);";
 
+/// The source of truth and the read model as logs of each aggregate's versions, and views
+/// of the same name and columns as the in-place tables: an aggregate's newest version.
+const ROWS_APPENDED: &str = "
+    CREATE TABLE IF NOT EXISTS load.source_log (
+        aggregate_id text NOT NULL,
+        version bigint NOT NULL,
+        a text NOT NULL, b text NOT NULL, c text NOT NULL,
+        PRIMARY KEY (aggregate_id, version));
+    CREATE OR REPLACE VIEW load.source AS
+        SELECT DISTINCT ON (aggregate_id) aggregate_id, version, a, b, c
+        FROM load.source_log ORDER BY aggregate_id, version DESC;
+    CREATE TABLE IF NOT EXISTS load.projection_log (
+        aggregate_id text NOT NULL,
+        version bigint NOT NULL,
+        a text NOT NULL, b text NOT NULL, c text NOT NULL,
+        PRIMARY KEY (aggregate_id, version));
+    CREATE OR REPLACE VIEW load.projection AS
+        SELECT DISTINCT ON (aggregate_id) aggregate_id, version, a, b, c
+        FROM load.projection_log ORDER BY aggregate_id, version DESC;";
+
+/// How the application's own rows (the source of truth and the read model) are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AppRows {
+    /// A row per aggregate, updated in place, as most services write theirs: while a long
+    /// transaction pins the xmin horizon, each update leaves a dead version that the key's
+    /// later writes and reads walk.
+    InPlace,
+    /// Each write appends the aggregate's next version and readers take the newest with a
+    /// backward index scan, as Courier's own tables do: a pinned horizon leaves them nothing
+    /// to walk. Tells the framework's cost under a pin apart from the application's.
+    Appended,
+}
+
+impl AppRows {
+    pub fn name(self) -> &'static str {
+        match self {
+            AppRows::InPlace => "in-place",
+            AppRows::Appended => "appended",
+        }
+    }
+
+    fn schema(self) -> &'static str {
+        match self {
+            AppRows::InPlace => ROWS_IN_PLACE,
+            AppRows::Appended => ROWS_APPENDED,
+        }
+    }
+}
+
 /// A database for the workload: a fresh one (on `server`, or `DATABASE_URL`/the local
 /// default) with the framework's migrations and the workload's tables.
-pub async fn database(server: Option<&str>) -> anyhow::Result<courier_testkit::TestDb> {
+pub async fn database(
+    server: Option<&str>,
+    rows: AppRows,
+) -> anyhow::Result<courier_testkit::TestDb> {
     let db = match server {
         Some(url) => courier_testkit::TestDb::on_server_url(url).await?,
         None => courier_testkit::TestDb::new().await?,
     };
     db.client()
         .await?
-        .batch_execute(SCHEMA)
+        .batch_execute(&format!("{LOGS}{}", rows.schema()))
         .await
         .context("create the workload's tables")?;
     Ok(db)
@@ -137,17 +192,23 @@ pub struct Shape {
     /// Updates after each create of the unique key space.
     pub updates: u32,
     pub workload: Workload,
+    /// How the writers and the projection write the aggregates' rows.
+    pub rows: AppRows,
 }
 
 impl Shape {
     pub fn describe(&self) -> String {
-        match self.key_space {
+        let keys = match self.key_space {
             KeySpace::Reused => format!("{} keys, {} events", self.keys, self.workload.name()),
             KeySpace::Unique => format!(
                 "a new key per create + {} update(s) each, {} events",
                 self.updates,
                 self.workload.name()
             ),
+        };
+        match self.rows {
+            AppRows::InPlace => keys,
+            AppRows::Appended => format!("{keys}, the application's rows appended"),
         }
     }
 }
@@ -207,6 +268,7 @@ pub struct Writer {
     outbox: Outbox,
     topic: String,
     workload: Workload,
+    rows: AppRows,
 }
 
 /// Creates the row with every field at `v1`, or moves it one version on and sets the chosen
@@ -229,12 +291,41 @@ const WRITE_SOURCE: &str = "
     )
     SELECT version, a, b, c FROM source";
 
+/// Orders the writes of one aggregate whose rows are appended (`$1`: its id), as the source
+/// row's lock does for rows updated in place; an advisory lock leaves no row version behind.
+const LOCK_AGGREGATE: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+/// [`WRITE_SOURCE`] for appended rows: the aggregate's next version from its newest (a
+/// backward scan of the key's entries meets that one first), and the write's log entry.
+/// Runs after [`LOCK_AGGREGATE`], so its snapshot sees the version committed before.
+const APPEND_SOURCE: &str = "
+    WITH newest AS (
+        SELECT version, a, b, c FROM load.source_log
+        WHERE aggregate_id = $1 ORDER BY version DESC LIMIT 1
+    ), next AS (
+        SELECT coalesce(max(version), 0) + 1 AS version, max(a) AS a, max(b) AS b, max(c) AS c
+        FROM newest
+    ), source AS (
+        INSERT INTO load.source_log (aggregate_id, version, a, b, c)
+        SELECT $1, version,
+               CASE WHEN a IS NULL OR $2 IN ('a', '*') THEN 'v' || version ELSE a END,
+               CASE WHEN b IS NULL OR $2 IN ('b', '*') THEN 'v' || version ELSE b END,
+               CASE WHEN c IS NULL OR $2 IN ('c', '*') THEN 'v' || version ELSE c END
+        FROM next
+        RETURNING version, a, b, c
+    ), logged AS (
+        INSERT INTO load.writes (aggregate_id, version, intended_at)
+        SELECT $1, version, $3 FROM source
+    )
+    SELECT version, a, b, c FROM source";
+
 impl Writer {
-    pub fn new(config: &courier::CourierConfig, topic: &str, workload: Workload) -> Self {
+    pub fn new(config: &courier::CourierConfig, topic: &str, shape: Shape) -> Self {
         Self {
             outbox: Outbox::new(config),
             topic: topic.into(),
-            workload,
+            workload: shape.workload,
+            rows: shape.rows,
         }
     }
 
@@ -250,11 +341,22 @@ impl Writer {
             Workload::Delta => FIELDS[rand::thread_rng().gen_range(0..FIELDS.len())],
         };
         let tx = conn.transaction().await.context("begin a write")?;
-        let write_source = tx.prepared(WRITE_SOURCE).await.context("prepare")?;
-        let row = tx
-            .query_one(&write_source, &[&aggregate_id, &field, &intended_at])
-            .await
-            .context("write the source row and log it")?;
+        let values: [&(dyn ToSql + Sync); 3] = [&aggregate_id, &field, &intended_at];
+        let row = match self.rows {
+            AppRows::InPlace => {
+                let write_source = tx.prepared(WRITE_SOURCE).await.context("prepare")?;
+                tx.query_one(&write_source, &values).await
+            }
+            AppRows::Appended => {
+                let lock = tx.prepared(LOCK_AGGREGATE).await.context("prepare")?;
+                let append = tx.prepared(APPEND_SOURCE).await.context("prepare")?;
+                // One round trip: the server runs the append after the lock is granted.
+                let id: [&(dyn ToSql + Sync); 1] = [&aggregate_id];
+                futures::try_join!(tx.execute(&lock, &id), tx.query_one(&append, &values))
+                    .map(|(_, row)| row)
+            }
+        }
+        .context("write the source row and log it")?;
         let version: i64 = row.get(0);
         // A create, or a whole-state write, carries every field; a delta update its one field.
         let carries = |name: &str, column: usize| {
@@ -298,6 +400,7 @@ pub struct LoadProjection {
     /// service sets so a held lock fails fast instead of stalling its consumer); the
     /// `handler-transient` fault holds rows locked to make it fire.
     lock_timeout: Option<Duration>,
+    rows: AppRows,
 }
 
 /// A delta update: absent fields keep their value; an older or equal version changes nothing
@@ -307,13 +410,34 @@ const APPLY_DELTA: &str = "
     SET a = COALESCE($2, a), b = COALESCE($3, b), c = COALESCE($4, c), version = $5
     WHERE aggregate_id = $1 AND version < $5";
 
+/// A whole event's version appended to the read model's log; an older one than the newest
+/// is kept but not read, as the versioned upsert ignores it.
+const APPEND_WHOLE: &str = "
+    INSERT INTO load.projection_log (aggregate_id, version, a, b, c)
+    VALUES ($1, $5, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+/// [`APPLY_DELTA`] for appended rows: the newest version with the event's fields set, as
+/// the next entry.
+const APPEND_DELTA: &str = "
+    INSERT INTO load.projection_log (aggregate_id, version, a, b, c)
+    SELECT $1, $5, COALESCE($2, a), COALESCE($3, b), COALESCE($4, c)
+    FROM (SELECT version, a, b, c FROM load.projection_log
+          WHERE aggregate_id = $1 ORDER BY version DESC LIMIT 1) newest
+    WHERE version < $5
+    ON CONFLICT DO NOTHING";
+
 impl LoadProjection {
-    pub fn new(workload: Workload, lock_timeout: Option<Duration>) -> anyhow::Result<Self> {
+    pub fn new(
+        workload: Workload,
+        lock_timeout: Option<Duration>,
+        rows: AppRows,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
             upsert: VersionedUpsert::new("load.projection", &["aggregate_id"], &["a", "b", "c"])
                 .map_err(anyhow::Error::msg)?,
             workload,
             lock_timeout,
+            rows,
         })
     }
 }
@@ -378,27 +502,30 @@ impl Projection for LoadProjection {
                 .map_err(HandlerError::from)
         };
         let apply = async {
-            if event.is_whole() {
-                let values: [&(dyn ToSql + Sync); 4] =
-                    [&meta.aggregate_id, &event.a, &event.b, &event.c];
-                self.upsert
-                    .execute(tx, &values, meta.version)
-                    .await
-                    .map(drop)
-            } else {
-                let update = tx.prepared(APPLY_DELTA).await?;
-                let values: [&(dyn ToSql + Sync); 5] = [
-                    &meta.aggregate_id,
-                    &event.a,
-                    &event.b,
-                    &event.c,
-                    &meta.version,
-                ];
-                tx.execute(&update, &values)
-                    .await
-                    .map(drop)
-                    .map_err(HandlerError::from)
-            }
+            let fields: [&(dyn ToSql + Sync); 5] = [
+                &meta.aggregate_id,
+                &event.a,
+                &event.b,
+                &event.c,
+                &meta.version,
+            ];
+            let statement = match (self.rows, event.is_whole()) {
+                (AppRows::InPlace, true) => {
+                    return self
+                        .upsert
+                        .execute(tx, &fields[..4], meta.version)
+                        .await
+                        .map(drop);
+                }
+                (AppRows::InPlace, false) => APPLY_DELTA,
+                (AppRows::Appended, true) => APPEND_WHOLE,
+                (AppRows::Appended, false) => APPEND_DELTA,
+            };
+            let statement = tx.prepared(statement).await?;
+            tx.execute(&statement, &fields)
+                .await
+                .map(drop)
+                .map_err(HandlerError::from)
         };
         futures::try_join!(apply, log)?;
         Ok(())
@@ -416,6 +543,7 @@ mod tests {
             keys: 10,
             updates,
             workload: Workload::Whole,
+            rows: AppRows::InPlace,
         }
     }
 
