@@ -420,28 +420,28 @@ fn a_relay_only_soak_with_a_slow_broker_publishes_everything() {
     let _ = std::fs::remove_dir_all(out);
 }
 
+/// A 30-second soak of 50 keys at 200 writes/s, the xmin horizon pinned from 10 s to its end.
+const SMALL_PINNED_SOAK: [&str; 12] = [
+    "--minutes",
+    "0.5",
+    "--rate",
+    "200",
+    "--pin-xmin-at",
+    "10",
+    "--probe-seconds",
+    "2",
+    "--writers",
+    "2",
+    "--keys",
+    "50",
+];
+
 /// A soak with the xmin horizon pinned from 10 s to its end: the report compares the
 /// statements before and while pinned and gives the framework tables' dead tuples. Whether the
 /// framework met the goals is the measurement's business, not this test's.
 #[test]
 fn a_soak_with_the_xmin_horizon_pinned_reports_the_pinned_window() {
-    let (report, out) = run(
-        "soak",
-        &[
-            "--minutes",
-            "0.5",
-            "--rate",
-            "200",
-            "--pin-xmin-at",
-            "10",
-            "--probe-seconds",
-            "2",
-            "--writers",
-            "2",
-            "--keys",
-            "50",
-        ],
-    );
+    let (report, out) = run("soak", &SMALL_PINNED_SOAK);
     assert_clean("soak", &report);
     assert_eq!(parameter(&report, "pin_xmin"), "--pin-xmin-at 10");
     let pins = report["pins"].as_array().expect("a pinned window");
@@ -523,27 +523,8 @@ fn a_soak_with_the_xmin_horizon_pinned_reports_the_pinned_window() {
 /// as an in-place upsert's do: that is what the switch is for.
 #[test]
 fn a_pinned_soak_with_the_applications_rows_appended_is_checked_and_its_appends_stay_flat() {
-    let (report, out) = run(
-        "soak",
-        &[
-            "--minutes",
-            "0.5",
-            "--rate",
-            "200",
-            "--pin-xmin-at",
-            "10",
-            "--probe-seconds",
-            "2",
-            "--writers",
-            "2",
-            "--keys",
-            "50",
-            "--app-rows",
-            "appended",
-            "--workload",
-            "delta",
-        ],
-    );
+    let appended = ["--app-rows", "appended", "--workload", "delta"];
+    let (report, out) = run("soak", &[&SMALL_PINNED_SOAK[..], &appended].concat());
     assert_clean("soak", &report);
     let shape = parameter(&report, "shape");
     assert!(shape.contains("rows appended"), "{shape}");
