@@ -208,12 +208,12 @@ impl Claimer {
                 let (from_seq, floor) = match scan {
                     Scan::From(seq) => (seq, None),
                     Scan::Full {
-                        floor,
+                        look_from,
                         regular,
                         rewinds,
                     } => {
-                        let look = store.claim_floor(shard, token, floor).await?;
-                        tracing::debug!(shard, floor, regular, rewinds, ?look, "full scan");
+                        let look = store.claim_floor(shard, token, look_from).await?;
+                        tracing::debug!(shard, look_from, regular, rewinds, ?look, "full scan");
                         let start = look.lowest.unwrap_or(look.next_seq).min(regular);
                         (start, Some((rewinds, look)))
                     }

@@ -44,7 +44,8 @@ const MAX_UNSETTLED: usize = 32;
 /// all of them every second (P9). Below the floor every never-failed row is published, in
 /// flight with this claimer, or waiting behind a parked row of its key. A floor query before
 /// each full scan finds the next floor; it holds only once the transactions running when it
-/// looked have ended (one may commit a row below it), so it waits one full scan as `pending`.
+/// looked have ended (one may commit a row below it), so it waits one full scan as `pending`,
+/// and the looks meanwhile start where such a transaction's rows can be ([`Floor::look_from`]).
 /// Rows going back lower the floor to their seq ([`ScanFrom::rewind_to`]); a row behind a
 /// parked one is found once that one is published ([`ScanFrom::rewind_to`] its seq) or by an
 /// operator's action ([`ScanFrom::rescan_all`]). Order does not depend on any of it: a row
@@ -75,11 +76,12 @@ pub struct ScanFrom {
 pub enum Scan {
     /// From this seq on.
     From(i64),
-    /// A full scan: find the floor from `floor` on (a floor query), then claim from there or
-    /// from `regular`, whichever is lower (`i64::MAX`: nothing claimed yet). `rewinds` goes
-    /// back with what the floor query found ([`ScanFrom::floor_found`]).
+    /// A full scan: find the floor with a floor query from `look_from` on (the floor, or above
+    /// it: [`Floor::look_from`]), then claim from what it found or from `regular`, whichever
+    /// is lower (`i64::MAX`: nothing claimed yet). `rewinds` goes back with what the floor
+    /// query found ([`ScanFrom::floor_found`]).
     Full {
-        floor: i64,
+        look_from: i64,
         regular: i64,
         rewinds: u64,
     },
@@ -132,7 +134,7 @@ impl ScanFrom {
             self.full_scan_due = false;
             self.last_full_scan = Instant::now();
             return Scan::Full {
-                floor: self.floor.get(),
+                look_from: self.floor.look_from(),
                 regular: if self.frontier == 0 {
                     i64::MAX
                 } else {
@@ -161,6 +163,7 @@ impl ScanFrom {
         else {
             return;
         };
+        self.floor.saw_visible(snapshot.next_xid, last);
         self.unsettled
             .retain(|stretch| !(from <= stretch.start && stretch.next_xid <= snapshot.xmin));
         if last < self.frontier {
@@ -242,14 +245,18 @@ mod tests {
     fn start(scan: &mut ScanFrom) -> i64 {
         match scan.next() {
             Scan::From(seq) => seq,
-            Scan::Full { floor, regular, .. } => floor.min(regular),
+            Scan::Full {
+                look_from, regular, ..
+            } => look_from.min(regular),
         }
     }
 
     fn full_scan(scan: &mut ScanFrom) -> (i64, u64) {
         scan.last_full_scan -= FULL_SCAN_EVERY;
         match scan.next() {
-            Scan::Full { floor, rewinds, .. } => (floor, rewinds),
+            Scan::Full {
+                look_from, rewinds, ..
+            } => (look_from, rewinds),
             other => panic!("expected a full scan, got {other:?}"),
         }
     }
@@ -350,7 +357,8 @@ mod tests {
     #[test]
     fn a_full_scan_starts_at_a_floor_found_once_the_transactions_then_running_ended() {
         let mut scan = ScanFrom::start();
-        scan.claimed(0, 10, &claim(&[100, 101], 50, 50));
+        // Transactions 50..95 were running at this claim: they may take seqs below 100.
+        scan.claimed(0, 10, &claim(&[100, 101], 50, 95));
         let (floor, rewinds) = full_scan(&mut scan);
         assert_eq!(floor, 0);
         // Nothing claimable below 102 as transactions 60..70 ran: one may commit below it.
@@ -367,12 +375,78 @@ mod tests {
         assert_eq!(full_scan(&mut scan).0, 90);
         scan.floor_found(rewinds, seen(160, 85, 90));
         assert_eq!(
-            full_scan(&mut scan).0,
+            scan.floor(),
             90,
             "the pending floor never goes above what was found then"
         );
         scan.floor_found(rewinds, seen(170, 90, 95));
-        assert_eq!(full_scan(&mut scan).0, 160);
+        assert_eq!(scan.floor(), 160);
+    }
+
+    #[test]
+    fn a_look_starts_above_the_floor_where_the_writers_it_waits_for_took_their_seqs() {
+        let mut scan = ScanFrom::start();
+        // Every transaction from id 50 on took its seqs after this claim saw row 101.
+        scan.claimed(0, 10, &claim(&[100, 101], 40, 50));
+        let (_, rewinds) = full_scan(&mut scan);
+        scan.floor_found(rewinds, seen(102, 60, 70));
+        assert_eq!(scan.floor(), 0, "transactions 60..70 may still write");
+        let (look_from, rewinds) = full_scan(&mut scan);
+        assert_eq!(look_from, 102, "but only above 101");
+        scan.claimed(102, 10, &claim(&(102..=110).collect::<Vec<_>>(), 60, 75));
+        // 65 still runs: the pending floor waits, and so does where looks start.
+        scan.floor_found(rewinds, seen(111, 65, 80));
+        let (look_from, rewinds) = full_scan(&mut scan);
+        assert_eq!((scan.floor(), look_from), (0, 102));
+        // All below 70 ended; one of them committed row 105 late.
+        scan.floor_found(rewinds, seen(105, 70, 85));
+        assert_eq!(scan.floor(), 102);
+        let (look_from, rewinds) = full_scan(&mut scan);
+        assert_eq!(
+            look_from, 103,
+            "transactions from 70 on took their seqs after the look that found 102"
+        );
+        scan.floor_found(rewinds, seen(130, 85, 90));
+        assert_eq!(scan.floor(), 105);
+        assert_eq!(
+            full_scan(&mut scan).0,
+            112,
+            "transactions from 85 on began after the look that saw row 111"
+        );
+    }
+
+    #[test]
+    fn rows_going_back_lower_where_the_next_look_starts() {
+        let mut scan = ScanFrom::start();
+        scan.claimed(0, 10, &claim(&[100, 101], 40, 50));
+        let (_, rewinds) = full_scan(&mut scan);
+        scan.floor_found(rewinds, seen(102, 60, 70));
+        assert_eq!(full_scan(&mut scan).0, 102);
+        scan.rewind_to(101);
+        assert_eq!(
+            full_scan(&mut scan).0,
+            101,
+            "row 101 may be claimable again"
+        );
+        let mut scan = ScanFrom::start();
+        scan.claimed(0, 10, &claim(&[100, 101], 40, 50));
+        let (_, rewinds) = full_scan(&mut scan);
+        scan.floor_found(rewinds, seen(150, 40, 50));
+        assert_eq!(
+            full_scan(&mut scan).0,
+            0,
+            "nothing remembered from before transaction 40 began: from the floor"
+        );
+        scan.claimed(150, 10, &claim(&(150..=155).collect::<Vec<_>>(), 55, 58));
+        let (_, rewinds) = full_scan(&mut scan);
+        scan.floor_found(rewinds, seen(160, 60, 70));
+        assert_eq!((scan.floor(), full_scan(&mut scan).0), (150, 156));
+        scan.rewind_to(153);
+        assert_eq!(
+            (scan.floor(), full_scan(&mut scan).0),
+            (150, 153),
+            "between the floor and where looks started"
+        );
     }
 
     #[test]

@@ -1,13 +1,13 @@
--- What a full scan of shard $1 looks for first (relay/scan_from.rs): the lowest seq from $2 on
--- of a never-failed unpublished row that is not in flight with token $3 and not waiting behind
--- a parked row of its key (the same probe as claim.sql's), NULL if it sees none; the seq the
--- next row will get; and which of this database's transactions may have been running. Walks
--- outbox_ready from the previous floor only, so while a long transaction pins the xmin horizon
--- it passes the entries of the rows published since the last full scan, not of every row
--- published since the pin (P9). The next seq is read after the snapshot was taken: a
--- transaction may have taken its id after the snapshot and seqs before the read, so its rows
--- lie below that seq unseen and not counted as running. ScanFrom therefore uses it only as the
--- bound of a later look.
+-- What a full scan of shard $1 looks for first (relay/scan_from.rs): the lowest seq from $2 on of
+-- a never-failed unpublished row that is not in flight with token $3 and not waiting behind a
+-- parked row of its key (the same probe as claim.sql's), NULL if it sees none; the seq the next
+-- row will get; and which of this database's transactions may have been running. Walks
+-- outbox_ready from $2, the floor or where rows may still appear above it (relay/floor.rs,
+-- Floor::look_from), so while a long transaction pins the xmin horizon it passes the entries of
+-- the rows published since the last look, not of every row published since the pin (P9). The next
+-- seq is read after the snapshot was taken: a transaction may have taken its id after the snapshot
+-- and seqs before the read, so its rows lie below that seq unseen and not counted as running.
+-- ScanFrom therefore uses it only as the bound of a later look.
 WITH locks AS MATERIALIZED (
     SELECT locktype, virtualtransaction, transactionid, database, relation FROM pg_locks
 ), writers AS (
