@@ -55,6 +55,17 @@ async fn backend_pid(client: &tokio_postgres::Client) -> anyhow::Result<i32> {
         .get(0))
 }
 
+/// Sessions of the test database idle in a transaction that holds a snapshot: the pin, while
+/// it holds.
+async fn pinning_sessions(db: &TestDb) -> anyhow::Result<i64> {
+    db.scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND backend_xmin IS NOT NULL \
+         AND state = 'idle in transaction'",
+    )
+    .await
+}
+
 /// Waits until the relay has marked `total` rows published. Its own count, not a query: a
 /// count of unpublished rows would walk the dead versions the pin keeps, and its pages would
 /// be counted with the relay's.
@@ -150,13 +161,7 @@ async fn the_relay_reads_no_more_pages_per_event_after_20k_events_under_a_pinned
              WHERE schemaname = 'courier' AND relname = 'outbox'",
         )
         .await?;
-    let pinned: i64 = db
-        .scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND backend_xmin IS NOT NULL \
-             AND state = 'idle in transaction'",
-        )
-        .await?;
+    let pinned = pinning_sessions(&db).await?;
     let writing: i64 = db
         .scalar(&format!(
             "SELECT count(*) FROM pg_stat_activity \
@@ -265,13 +270,7 @@ async fn the_claimers_floor_looks_read_no_more_pages_a_row_under_a_pinned_horizo
     let pin = db.pin_snapshot().await?;
     let pinned = floor_look_pages_a_row(&db, &config, &relay, &topic, so_far).await?;
     let pinned_later = floor_look_pages_a_row(&db, &config, &relay, &topic, so_far).await?;
-    let held: i64 = db
-        .scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND backend_xmin IS NOT NULL \
-             AND state = 'idle in transaction'",
-        )
-        .await?;
+    let held = pinning_sessions(&db).await?;
     pin.batch_execute("COMMIT").await?;
     eprintln!(
         "claimers' floor looks, pages a row published: {unpinned:.2} unpinned, \
@@ -279,11 +278,11 @@ async fn the_claimers_floor_looks_read_no_more_pages_a_row_under_a_pinned_horizo
     );
     assert_eq!(held, 1, "the pinning session held its snapshot throughout");
     // Pinned, a look passes each row's entry at a page (its heap visit) at least once; before
-    // the pin the claims' own scans may have marked some of them dead first (0.62-0.85 pages a
-    // row unpinned, 0.88-1.07 pinned over five runs, some with a compile beside them). Passing
+    // the pin the claims' own scans may have marked some of them dead first (0.62-1.02 pages a
+    // row unpinned, 0.88-1.22 pinned over six runs, four with a compile beside them). Passing
     // each row twice read 1.64-1.87.
     assert!(
-        pinned.max(pinned_later) <= (unpinned * 1.5).max(1.3),
+        pinned.max(pinned_later) <= (unpinned * 1.5).max(1.4),
         "the floor looks read more pages a row under the pin: {unpinned:.2} → {pinned:.2}, \
          {pinned_later:.2}"
     );
