@@ -221,9 +221,10 @@ async fn steady_window(
         }
         anyhow::Ok(())
     };
-    let (a, b, c, d) = tokio::join!(writer(0), writer(1), writer(2), writer(3));
-    a.and(b).and(c).and(d)
+    tokio::try_join!(writer(0), writer(1), writer(2), writer(3))?;
+    Ok(())
 }
+const _: () = assert!(STEADY_WRITERS == 4, "steady_window joins four writers");
 
 /// The claimers' floor looks' pages per row published over one steady window, waiting until
 /// the relay has published `published_so_far` rows and the window's.
@@ -262,14 +263,13 @@ async fn the_claimers_floor_looks_read_no_more_pages_a_row_under_a_pinned_horizo
     let config = test_config(&db, &pubsub);
     let relay = Relay::spawn(&config, RelayOptions::default())?;
     append(&db, &config, vec![event(&topic, "first", 1)]).await?;
-    let mut published_so_far = 1;
-    published(&relay, published_so_far, "the first event published").await?;
+    let mut so_far = 1;
+    published(&relay, so_far, "the first event published").await?;
 
-    let so_far = &mut published_so_far;
-    let unpinned = floor_look_pages_a_row(&db, &config, &relay, &topic, so_far).await?;
+    let unpinned = floor_look_pages_a_row(&db, &config, &relay, &topic, &mut so_far).await?;
     let pin = db.pin_snapshot().await?;
-    let pinned = floor_look_pages_a_row(&db, &config, &relay, &topic, so_far).await?;
-    let pinned_later = floor_look_pages_a_row(&db, &config, &relay, &topic, so_far).await?;
+    let pinned = floor_look_pages_a_row(&db, &config, &relay, &topic, &mut so_far).await?;
+    let pinned_later = floor_look_pages_a_row(&db, &config, &relay, &topic, &mut so_far).await?;
     let held = pinning_sessions(&db).await?;
     pin.batch_execute("COMMIT").await?;
     eprintln!(

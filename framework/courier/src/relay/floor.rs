@@ -31,7 +31,7 @@ pub struct Floor {
 /// A floor a look found, and its `next_xid`: it becomes the floor once a later look's `xmin`
 /// reaches that `next_xid`. Until then a row may still appear below it, but only from
 /// `rescan_from` on: later looks start there, not at the floor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 struct Pending {
     floor: i64,
     next_xid: i64,
