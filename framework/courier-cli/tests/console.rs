@@ -3,7 +3,7 @@
 //! actions need the token, a reason and a name, refuse a stale bulk count, act through the
 //! CLI's own functions (the pipeline recovers) and land in the audit log.
 
-mod pipeline;
+use crate::pipeline;
 
 use courier_testkit::wait_until;
 use pipeline::{Pipeline, GROUP, PARKED_KEY, TOKEN, WAIT};

@@ -8,7 +8,7 @@
 //! `CONSOLE_SCREENSHOT=<path>` also saves the page as it first looks (how
 //! docs/console.png is made).
 
-mod pipeline;
+use crate::pipeline;
 
 use courier_testkit::wait_until;
 use pipeline::{Pipeline, PARKED_KEY, TOKEN, WAIT};

@@ -2,7 +2,7 @@
 //! reasons and stay; republished ones reach the main topic's subscription again with their
 //! original attributes and ordering key, and leave the keeper.
 
-mod support;
+use crate::support;
 
 use courier::operations::DeadLetters;
 use courier_testkit::{wait_until, Collector, TestPubSub};

@@ -1,7 +1,7 @@
 //! `courier status` names what holds the xmin horizon back: a session with a pinned snapshot
 //! by its pid (with a WARNING and what to do past `--horizon-warn-secs`), until it commits.
 
-mod support;
+use crate::support;
 
 use courier_testkit::{wait_until, TestDb};
 use serde_json::Value;

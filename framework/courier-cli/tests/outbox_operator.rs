@@ -2,7 +2,7 @@
 //! emulator: a skipped dead row is never sent and its key flows again; a retried one is
 //! published; both are audited.
 
-mod support;
+use crate::support;
 
 use courier::outbox::{NewEvent, Outbox};
 use courier::relay::{Relay, RelayOptions};

@@ -2,8 +2,8 @@
 //! listed with what it holds; releasing it with `--skip-to` moves its version, republishes its
 //! events to the topic in version order with their attributes and ordering key, and is audited.
 
-mod pipeline;
-mod support;
+use crate::pipeline;
+use crate::support;
 
 use courier_testkit::{wait_until, Collector, TestDb, TestPubSub};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! emulator: `consumer.start_from` decides where it begins (subscriptions are unordered here:
 //! the emulator does not implement Seek on ordered ones, real Pub/Sub does).
 
-mod support;
+use crate::support;
 
 use courier::inbound::ConsumerOptions;
 use courier_testkit::wait_until;

@@ -2,7 +2,7 @@
 //! one transaction, keeps each key's order, and isolates a failing event (its shared
 //! transaction falls back to one per key). Real PostgreSQL, the real emulator.
 
-mod support;
+use crate::support;
 
 use courier::inbound::ConsumerOptions;
 use courier_testkit::wait_until;

@@ -2,7 +2,7 @@
 //! `src/config/` (and the restart policy of `src/supervision.rs`) with its doc comment, its
 //! default, its unit and its environment variable. This test fails when the page and the code
 //! differ, or when a key has no doc comment. After changing a key:
-//! `COURIER_BLESS=1 cargo test -p courier --test config_reference`, then commit the page.
+//! `COURIER_BLESS=1 cargo test -p courier --test integration config_reference`, then commit the page.
 
 use std::path::{Path, PathBuf};
 
@@ -193,7 +193,7 @@ fn generate() -> (String, Vec<String>) {
          Generated from the doc comments and defaults of `framework/courier/src/config/` by\n\
          `framework/courier/tests/config_reference.rs`, which fails when this page and the code\n\
          differ; regenerate it with\n\
-         `COURIER_BLESS=1 cargo test -p courier --test config_reference`.\n",
+         `COURIER_BLESS=1 cargo test -p courier --test integration config_reference`.\n",
     );
     for section in sections {
         page.push_str(&format!("\n## [{}]\n\n{}\n\n", section.name, section.doc));
@@ -260,7 +260,7 @@ fn the_configuration_reference_is_generated_from_the_code() {
     assert!(
         on_disk == page,
         "docs/configuration.md differs from the configuration structs; regenerate it with \
-         COURIER_BLESS=1 cargo test -p courier --test config_reference"
+         COURIER_BLESS=1 cargo test -p courier --test integration config_reference"
     );
 }
 

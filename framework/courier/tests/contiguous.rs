@@ -3,7 +3,7 @@
 //! events (acked in Pub/Sub, kept in the database) until an operator releases it. Real
 //! PostgreSQL, the real emulator, the real consumer.
 
-mod support;
+use crate::support;
 
 use courier::inbound::ConsumerOptions;
 use courier::operations::{KeyVersions, Release};

@@ -2,7 +2,7 @@
 //! (Receiver → ProjectorRouter → Projector). Each test has its own database, topic and
 //! subscription, so they run in parallel.
 
-mod support;
+use crate::support;
 
 use courier::inbound::BeforeAck;
 use courier::inbound::{ConsumerOptions, OffsetStore};

@@ -3,7 +3,7 @@
 //! working (protobuf skips the unknown field), a consumer on the new contract uses it; an
 //! unknown major version is dead-lettered by both with its reason, never dropped.
 
-mod support;
+use crate::support;
 
 use courier::db::PgTransaction;
 use courier::inbound::{

@@ -2,7 +2,7 @@
 //! delivery attempt, and never letting a later version of a key overtake an earlier one.
 //! Real PostgreSQL, the real emulator, the real consumer.
 
-mod support;
+use crate::support;
 
 use courier::config::ConsumerConfig;
 use courier::inbound::ConsumerOptions;

@@ -9,17 +9,12 @@ use courier::CourierConfig;
 use courier_testkit::keyed_event as event;
 use courier_testkit::{test_config, wait_until, Collector, TestDb, TestPubSub};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// One Prometheus recorder for the whole test binary (the recorder is process-global).
-fn metrics() -> &'static metrics_exporter_prometheus::PrometheusHandle {
-    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("install test recorder")
-    })
+/// The process's Prometheus recorder, the one every test of the binary shares (it is global).
+fn metrics() -> metrics_exporter_prometheus::PrometheusHandle {
+    courier::metrics::prometheus_handle().expect("the test binary's recorder")
 }
 
 /// The value of a counter in the rendered metrics (summed over label sets).

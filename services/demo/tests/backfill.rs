@@ -3,7 +3,7 @@
 //! and no version regression; a backfill stopped mid-way resumes and snapshots every video
 //! exactly once; a dry run writes nothing; a snapshot never overwrites a newer live event.
 
-mod support;
+use crate::support;
 
 use courier::backfill::{Backfill, BackfillError, BackfillSource, BoxFuture, Step};
 use courier::db::{DbError, PgTransaction};

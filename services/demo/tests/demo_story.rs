@@ -2,7 +2,7 @@
 //! the story expects, and the flow table, read from the databases, shows every published
 //! event projected exactly once.
 
-mod support;
+use crate::support;
 
 use courier_demo::scenario;
 use courier_testkit::wait_until;

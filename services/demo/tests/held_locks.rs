@@ -4,7 +4,7 @@
 //! dead-lettered and the replica ends equal to the catalog: the delta updates were retried in
 //! place, in order, with the shipped retry settings.
 
-mod support;
+use crate::support;
 
 use courier_testkit::wait_until;
 use serde_json::json;

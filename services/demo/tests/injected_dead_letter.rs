@@ -2,7 +2,7 @@
 //! projections lack the change; `courier dlq republish` (what the console's Republish calls)
 //! sends it back to the catalog topic and both search and engagement apply it.
 
-mod support;
+use crate::support;
 
 use courier::pubsub::PubSub;
 use courier_demo::injected;

@@ -3,7 +3,7 @@
 //! the projection comes back. The subscription is unordered here because the emulator does not
 //! implement Seek on ordered subscriptions (docs/emulator.md); real Pub/Sub does.
 
-mod support;
+use crate::support;
 
 use courier_testkit::wait_until;
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! events flow both ways, reads can wait for one's own write, bad input and missing tokens
 //! write nothing, each role sees only its schema, and a service restart loses nothing.
 
-mod support;
+use crate::support;
 
 use courier::relay::BeforeMark;
 use courier::service::RunningService;
