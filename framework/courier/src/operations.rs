@@ -30,7 +30,8 @@ pub use crate::relay::backlog::BacklogGauge;
 pub use crate::relay::publish_limit::LimitSnapshot;
 pub use crate::relay::publisher::CLIENT_BATCH_DELAY;
 pub use crate::relay::store::{
-    claim_statement, Backlog, ClaimedRow, FailedRow, OutboxStore, PublishedRows, ShardBacklog,
+    claim_statement, Backlog, ClaimedRow, FailedRow, OutboxStore, PublishedRow, PublishedRows,
+    ShardBacklog,
 };
 pub use crate::relay::topic_clients::{
     TopicClients, KEYS_PER_CLIENT, REQUESTS_THE_CONNECTION_CARRIES,

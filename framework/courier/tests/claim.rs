@@ -2,7 +2,7 @@
 //! emulator): which rows a claim may take while other rows of their key are parked or held by
 //! another owner's live claim.
 
-use courier::operations::{ClaimedRow, FailedRow, OutboxStore};
+use courier::operations::{ClaimedRow, FailedRow, OutboxStore, PublishedRow};
 use courier::outbox::{NewEvent, Outbox};
 use courier::CourierConfig;
 use courier_testkit::{wait_until, TestDb};
@@ -156,7 +156,12 @@ async fn a_claimed_row_names_its_keys_closest_earlier_unpublished_version() -> a
     );
 
     // a@1 is published, a@2 still out: a@3 goes right behind a@2, a@4 behind a@3.
-    assert_eq!(s.store.mark_published(&[first[0].address], token).await?, 1);
+    assert_eq!(
+        s.store
+            .mark_published(&[PublishedRow::acked_now(first[0].address)], token)
+            .await?,
+        1
+    );
     let second = s.store.claim(SHARD, token, LEASE, 10).await?;
     assert_eq!(
         prev(&second),
@@ -177,22 +182,69 @@ async fn a_mark_finds_only_the_row_version_its_claim_left() -> anyhow::Result<()
 
     s.store.release(&[first[0].address], token).await?;
     assert_eq!(
-        s.store.mark_published(&[a_then, b], token).await?,
+        s.store
+            .mark_published(
+                &[PublishedRow::acked_now(a_then), PublishedRow::acked_now(b)],
+                token
+            )
+            .await?,
         1,
         "only b is still where its claim left it"
     );
     let again = s.store.claim(SHARD, token, LEASE, 10).await?;
     assert_eq!(keys(&again), owned(&[("a", 1)]));
     assert_ne!(again[0].address, a_then);
-    assert_eq!(s.store.mark_published(&[a_then], token).await?, 0);
     assert_eq!(
         s.store
-            .mark_published(&[again[0].address], Uuid::new_v4())
+            .mark_published(&[PublishedRow::acked_now(a_then)], token)
+            .await?,
+        0
+    );
+    assert_eq!(
+        s.store
+            .mark_published(&[PublishedRow::acked_now(again[0].address)], Uuid::new_v4())
             .await?,
         0,
         "another token marks nothing"
     );
-    assert_eq!(s.store.mark_published(&[again[0].address], token).await?, 1);
+    assert_eq!(
+        s.store
+            .mark_published(&[PublishedRow::acked_now(again[0].address)], token)
+            .await?,
+        1
+    );
+    Ok(())
+}
+
+/// `published_at` is when the broker acknowledged the row, not when the mark ran: the relay
+/// gathers marks for some milliseconds (and retries them), and the latency of the hop
+/// claimed → acknowledged is read from this column.
+#[tokio::test]
+async fn a_mark_records_when_the_row_was_acknowledged_not_when_it_ran() -> anyhow::Result<()> {
+    let s = setup(&[("a", 1)]).await?;
+    let token = Uuid::new_v4();
+    let claimed = s.store.claim(SHARD, token, LEASE, 10).await?;
+    let acked = std::time::Instant::now()
+        .checked_sub(Duration::from_secs(3))
+        .expect("the machine is up for longer than 3 s");
+    let row = PublishedRow {
+        address: claimed[0].address,
+        acked,
+    };
+    assert_eq!(s.store.mark_published(&[row], token).await?, 1);
+    let age: f64 =
+        s.db.client()
+            .await?
+            .query_one(
+                "SELECT extract(epoch FROM now() - published_at)::float8 FROM courier.outbox",
+                &[],
+            )
+            .await?
+            .get(0);
+    assert!(
+        (3.0..10.0).contains(&age),
+        "published_at is {age:.3} s old; the acknowledgement was 3 s before the mark"
+    );
     Ok(())
 }
 

@@ -17,8 +17,8 @@ const STATEMENTS: [(&str, &str, &str, &str); 4] = [
     (
         "mark_published.sql",
         include_str!("../src/relay/queries/mark_published.sql"),
-        "tid[], uuid",
-        "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000'",
+        "tid[], uuid, int8[]",
+        "'{\"(0,1)\"}', '00000000-0000-0000-0000-000000000000', '{1000}'",
     ),
     (
         "delete_published.sql",

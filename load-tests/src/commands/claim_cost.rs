@@ -12,7 +12,7 @@ use crate::harness::fixtures::{events, fill};
 use crate::report::measures::{Rate, Ratio};
 use crate::report::Report;
 use anyhow::Context as _;
-use courier::operations::OutboxStore;
+use courier::operations::{OutboxStore, PublishedRow};
 use courier::CourierConfig;
 use courier_testkit::TestDb;
 use std::time::{Duration, Instant};
@@ -200,9 +200,12 @@ async fn drain(
             if rows.is_empty() {
                 continue;
             }
-            let addresses: Vec<_> = rows.iter().map(|r| r.address).collect();
+            let published: Vec<_> = rows
+                .iter()
+                .map(|r| PublishedRow::acked_now(r.address))
+                .collect();
             let started = Instant::now();
-            spent.rows += store.mark_published(&addresses, token).await?;
+            spent.rows += store.mark_published(&published, token).await?;
             spent.mark += started.elapsed();
             still_busy.push(shard);
         }

@@ -6,7 +6,7 @@ use crate::config::RelayConfig;
 use crate::fast_hash::FastHash;
 use crate::relay::publisher::{FailureKind, PublishOutcome, PublisherKey, Publishers};
 use crate::relay::row_address::RowAddress;
-use crate::relay::store::{FailedRow, OutboxStore};
+use crate::relay::store::{FailedRow, OutboxStore, PublishedRow};
 use chrono::Utc;
 use std::collections::HashMap;
 use std::future::Future;
@@ -63,7 +63,10 @@ impl Marking {
                 continue;
             };
             match outcome {
-                PublishOutcome::Published { .. } => published.push(row.address),
+                PublishOutcome::Published { acked, .. } => published.push(PublishedRow {
+                    address: row.address,
+                    acked,
+                }),
                 PublishOutcome::Failed { error, kind, .. } => failed.push((seq, row, error, kind)),
                 PublishOutcome::NotTried { .. } => not_tried.push(row.address),
             }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_postgres::Statement;
 use uuid::Uuid;
 
@@ -116,6 +116,27 @@ impl Claimed {
     }
 }
 
+/// A row to mark published, and when the broker acknowledged it.
+#[derive(Debug, Clone, Copy)]
+pub struct PublishedRow {
+    /// Where its claim left it: the mark finds it there.
+    pub address: RowAddress,
+    /// The mark sets `published_at` to the database's `now()` less the time since, so the
+    /// column reads when the event reached the broker, on the database's clock like
+    /// `locked_at` (the mark itself comes some milliseconds later: marks are gathered).
+    pub acked: Instant,
+}
+
+impl PublishedRow {
+    /// A row acknowledged just now (a caller that marks as soon as it publishes).
+    pub fn acked_now(address: RowAddress) -> Self {
+        Self {
+            address,
+            acked: Instant::now(),
+        }
+    }
+}
+
 /// A row whose publish failed, and what to do about it.
 #[derive(Debug, Clone)]
 pub struct FailedRow {
@@ -142,6 +163,8 @@ pub struct OutboxStore {
     /// Shards whose state row this store has made sure of.
     ensured: Mutex<HashSet<u32>>,
     mark_published: String,
+    /// Whether a mark keeps the rows (and takes their acknowledgement times) or deletes them.
+    published_rows: PublishedRows,
     mark_failed: String,
     release: String,
     set_shard_idle: String,
@@ -261,6 +284,7 @@ impl OutboxStore {
             ensure_shard_state: render(include_str!("queries/ensure_shard_state.sql"), schema),
             ensured: Mutex::default(),
             mark_published: render(mark_published, schema),
+            published_rows: published,
             mark_failed: render(include_str!("queries/mark_failed.sql"), schema),
             release: render(include_str!("queries/release.sql"), schema),
             set_shard_idle: render(include_str!("queries/set_shard_idle.sql"), schema),
@@ -429,22 +453,27 @@ impl OutboxStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Marks the rows claimed at `addresses` published; returns how many rows `token` still
-    /// owned.
-    pub async fn mark_published(
-        &self,
-        addresses: &[RowAddress],
-        token: Uuid,
-    ) -> Result<u64, DbError> {
-        if addresses.is_empty() {
+    /// Marks `rows` published; returns how many rows `token` still owned.
+    pub async fn mark_published(&self, rows: &[PublishedRow], token: Uuid) -> Result<u64, DbError> {
+        if rows.is_empty() {
             return Ok(0);
         }
-        let context = format!("mark {} rows published", addresses.len());
+        let context = format!("mark {} rows published", rows.len());
         let (conn, mark_published) = self.conn_prepared(&self.mark_published, &context).await?;
-        let marked = conn
-            .execute(&mark_published, &[&addresses, &token])
-            .await
-            .map_err(DbError::query(context))?;
+        let addresses: Vec<RowAddress> = rows.iter().map(|r| r.address).collect();
+        let marked = match self.published_rows {
+            PublishedRows::Kept => {
+                // Ages taken now, as the statement goes: its now() is the time it starts.
+                let ack_ages: Vec<i64> = rows
+                    .iter()
+                    .map(|r| i64::try_from(r.acked.elapsed().as_micros()).unwrap_or(i64::MAX))
+                    .collect();
+                conn.execute(&mark_published, &[&addresses, &token, &ack_ages])
+                    .await
+            }
+            PublishedRows::Deleted => conn.execute(&mark_published, &[&addresses, &token]).await,
+        }
+        .map_err(DbError::query(context))?;
         self.published.fetch_add(marked, Ordering::Relaxed);
         Ok(marked)
     }

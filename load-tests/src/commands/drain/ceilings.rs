@@ -7,7 +7,7 @@ use crate::harness::middle::Milestones;
 use crate::report::measures::Rate;
 use anyhow::Context as _;
 use courier::operations::CLIENT_BATCH_DELAY;
-use courier::operations::{OutboxStore, PublishedRows};
+use courier::operations::{OutboxStore, PublishedRow, PublishedRows};
 use courier::operations::{TopicClients, KEYS_PER_CLIENT, REQUESTS_THE_CONNECTION_CARRIES};
 use courier::outbox::NewEvent;
 use courier_testkit::{TestDb, TestPubSub};
@@ -110,8 +110,11 @@ pub(super) async fn raw_claim_then_mark(
         let store = store.clone();
         async move {
             let rows = store.claim(shard, token, lease, batch).await?;
-            let addresses: Vec<_> = rows.iter().map(|r| r.address).collect();
-            Ok(store.mark_published(&addresses, token).await?)
+            let published: Vec<_> = rows
+                .iter()
+                .map(|r| PublishedRow::acked_now(r.address))
+                .collect();
+            Ok(store.mark_published(&published, token).await?)
         }
     };
     let what = "PostgreSQL claim, then mark (the relay's statements)";

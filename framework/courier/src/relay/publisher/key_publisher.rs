@@ -242,6 +242,7 @@ impl KeyPublisher {
     ) -> Vec<PublishOutcome> {
         // The rows were awaited together: one latency for the batch.
         let latency = started.elapsed();
+        let acked = Instant::now();
         let mut outcomes = Vec::with_capacity(rows.len());
         let mut failed = false;
         for (row, result) in rows.iter().zip(results) {
@@ -252,7 +253,11 @@ impl KeyPublisher {
                 failed || (result.failed_out() && !self.frontier.covers(row.version));
             match judge(&self.settings, &self.key.ordering_key, result, latency) {
                 Verdict::Published(message_id) => {
-                    outcomes.push(PublishOutcome::Published { seq, message_id });
+                    outcomes.push(PublishOutcome::Published {
+                        seq,
+                        message_id,
+                        acked,
+                    });
                 }
                 Verdict::NotTried { paused } => {
                     self.paused |= paused;

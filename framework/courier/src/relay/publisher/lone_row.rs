@@ -88,7 +88,11 @@ pub(super) fn try_publish(
         let got_through = matches!(verdict, Verdict::Published(_));
         let frontier = frontier_after(frontier, version, prev_version, got_through);
         let outcome = match verdict {
-            Verdict::Published(message_id) => PublishOutcome::Published { seq, message_id },
+            Verdict::Published(message_id) => PublishOutcome::Published {
+                seq,
+                message_id,
+                acked: Instant::now(),
+            },
             Verdict::NotTried { paused } => {
                 resume_if(paused, &client.publisher, &key);
                 PublishOutcome::NotTried { seq }

@@ -32,7 +32,7 @@ use futures::future::Either;
 use lone_row::LoneRows;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -45,6 +45,9 @@ pub enum PublishOutcome {
     Published {
         seq: i64,
         message_id: String,
+        /// When the broker's acknowledgement arrived (a batch's rows: its last one), which the
+        /// mark records as `published_at`, not its own later time.
+        acked: Instant,
     },
     Failed {
         seq: i64,
@@ -52,9 +55,7 @@ pub enum PublishOutcome {
         kind: FailureKind,
     },
     /// Not attempted (or attempted after an earlier row of its key failed): give it back.
-    NotTried {
-        seq: i64,
-    },
+    NotTried { seq: i64 },
 }
 
 impl PublishOutcome {

@@ -12,12 +12,19 @@
 -- with seq scans disabled (db::relay_pool), so the plan is a TID scan however the outbox
 -- looks when it is planned.
 --
--- locked_at stays: when the row was claimed, which nothing reads of a published row but a
--- latency breakdown (committed → claimed → published) and an operator.
-UPDATE {schema}.outbox
-SET published_at = now(),
-    publish_attempts = publish_attempts + 1,
+-- Addresses joined to their acknowledgements' ages ($3, microseconds before this statement),
+-- as mark_failed.sql joins its failures: the plan stays a TID scan per address.
+--
+-- published_at is when the broker acknowledged the row, not when it was marked (marks are
+-- gathered for some milliseconds): the database's now() less the age the relay measured, so it
+-- is on the same clock as locked_at however far the relay's clock is off. locked_at stays:
+-- when the row was claimed, which nothing reads of a published row but a latency breakdown
+-- (committed → claimed → published) and an operator.
+UPDATE {schema}.outbox o
+SET published_at = now() - p.ack_age_micros * interval '1 microsecond',
+    publish_attempts = o.publish_attempts + 1,
     lock_token = NULL,
     next_retry_at = NULL,
     last_error = NULL
-WHERE ctid = ANY($1::tid[]) AND lock_token = $2
+FROM UNNEST($1::tid[], $3::int8[]) AS p(address, ack_age_micros)
+WHERE o.ctid = p.address AND o.lock_token = $2
