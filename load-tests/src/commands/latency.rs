@@ -1,7 +1,7 @@
 //! `latency`: writes scheduled at a fixed rate (open loop; default half the end-to-end maximum
 //! measured on the same pipeline just before), each write's latency measured from the instant it was
 //! due, so a stalled pipeline cannot hide its stalls (no coordinated omission). Reports
-//! p50/p90/p99/p99.9/max commit → projection (→ marked published with `--relay-only`), and
+//! p50/p90/p99/p99.9/max commit → projection (→ publish acknowledged with `--relay-only`), and
 //! each hop's share (`hops.rs`), beside the emulator's own publish → receive latency (publish →
 //! acknowledged with `--relay-only`) at the same rate, for as long, measured after the run on
 //! the warmed-up emulator. The writes of a warm-up before the measured ones are reported apart:

@@ -395,7 +395,7 @@ pub async fn committed_writes(rig: &Rig) -> anyhow::Result<u64> {
 }
 
 /// Due → projection latency of every effect of a write meant to start in `from..to` (due →
-/// marked published in a relay-only run).
+/// publish acknowledged in a relay-only run).
 pub async fn latency(
     rig: &Rig,
     name: &str,
@@ -406,7 +406,7 @@ pub async fn latency(
             "SELECT (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint
              FROM load.applied WHERE intended_at >= $1 AND intended_at < $2"
         }
-        // No consumer: until the relay marked the row published (its publish acknowledged).
+        // No consumer: until the broker acknowledged the row's publish (`published_at`, the mark's).
         Scope::RelayOnly => {
             "SELECT (extract(epoch FROM o.published_at - w.intended_at) * 1000000)::bigint
              FROM load.writes w

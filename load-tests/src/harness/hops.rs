@@ -9,10 +9,11 @@
 //!   consumer's receiver parsed the message);
 //! - received → applied: routing, the committer's gathering and the projection's transaction
 //!   (`load.applied.applied_at`);
-//! - beside the path, at the broker → marked published (`outbox.published_at`): the acknowledgment
-//!   and the mark, which a key's next row waits for before it may be claimed.
+//! - beside the path, at the broker → acknowledged (`outbox.published_at`: the instant the relay
+//!   had the broker's acknowledgement, which the mark records), which a key's next row waits for
+//!   (with the mark) before it may be claimed.
 //!
-//! A relay-only run has no consumer: its hops are the first two and claimed → marked published.
+//! A relay-only run has no consumer: its hops are the first two and claimed → acknowledged.
 //! Every event's hops (microseconds) go to `hops.csv` beside the report (up to 200,000 events).
 
 use crate::harness::checker::Scope;
@@ -36,7 +37,7 @@ const END_TO_END: [&str; 6] = [
     "claimed → at the broker (publish_time)",
     "at the broker → received (consumer)",
     "received → applied (projection transaction)",
-    "at the broker → marked published (ack + mark)",
+    "at the broker → acknowledged (outbox.published_at)",
 ];
 
 /// Microseconds of each end-to-end hop, and the due time's offset from the run's origin.
@@ -56,7 +57,7 @@ const END_TO_END_SQL: &str = "
 const RELAY_ONLY: [&str; 3] = [
     "due → committed (writer)",
     "committed → claimed (outbox.locked_at)",
-    "claimed → marked published (publish + ack + mark)",
+    "claimed → acknowledged (publish + ack)",
 ];
 
 const RELAY_ONLY_SQL: &str = "

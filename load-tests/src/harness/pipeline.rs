@@ -413,7 +413,7 @@ impl Pipeline {
         let from = self.origin.wall_after(from);
         let name = match self.rig.scope {
             Scope::EndToEnd => latency_name,
-            Scope::RelayOnly => "commit → marked published (relay only)",
+            Scope::RelayOnly => "commit → publish acknowledged (relay only)",
         };
         let latency = drive::latency(
             &self.rig,
@@ -646,7 +646,7 @@ struct Finished {
 
 /// A judged run: what the pipeline commands' reports are made of.
 pub struct Concluded {
-    /// Commit → projection (→ marked published in a relay-only run).
+    /// Commit → projection (→ publish acknowledged in a relay-only run).
     pub latency: Latency,
     /// Where that time went, hop by hop (the relay's hops alone in a relay-only run).
     pub hops: crate::harness::hops::Hops,
