@@ -406,7 +406,8 @@ pub async fn latency(
             "SELECT (extract(epoch FROM applied_at - intended_at) * 1000000)::bigint
              FROM load.applied WHERE intended_at >= $1 AND intended_at < $2"
         }
-        // No consumer: until the broker acknowledged the row's publish (`published_at`, the mark's).
+        // No consumer: until the broker acknowledged the row's publish (the instant the mark wrote
+        // into `published_at`).
         Scope::RelayOnly => {
             "SELECT (extract(epoch FROM o.published_at - w.intended_at) * 1000000)::bigint
              FROM load.writes w
